@@ -1,0 +1,34 @@
+"""Prompt datasets: the synthetic arithmetic task, AIME-style problem files, templates, tokenizer.
+
+Plain Python and numpy; `transformers`/`tokenizers` are imported only by `build_tokenizer`, and
+the optional readers (`pyarrow`, `datasets`, `tensorflow_datasets`) only by their loaders.
+"""
+
+from botjax.data.arithmetic import (
+    DEFAULT_ERROR_WEIGHTS,
+    ERROR_KINDS,
+    ArithmeticTask,
+    WorkedSolution,
+    apply_op,
+    evaluate_expression,
+    format_solution,
+    imperfect_solution,
+    imperfect_worked_solution,
+    make_splits,
+    record_from_operands,
+    reference_solution,
+)
+from botjax.data.templates import (
+    ARITHMETIC_TEMPLATE,
+    MATH_TEMPLATE,
+    TEMPLATES,
+    chat_messages,
+    format_prompt,
+)
+
+__all__ = [
+    "ARITHMETIC_TEMPLATE", "ArithmeticTask", "DEFAULT_ERROR_WEIGHTS", "ERROR_KINDS",
+    "MATH_TEMPLATE", "TEMPLATES", "WorkedSolution", "apply_op", "chat_messages",
+    "evaluate_expression", "format_prompt", "format_solution", "imperfect_solution",
+    "imperfect_worked_solution", "make_splits", "record_from_operands", "reference_solution",
+]
