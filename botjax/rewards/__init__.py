@@ -8,6 +8,7 @@ from botjax.rewards.base import (
     ItemRewardFn,
     RewardFn,
     RewardResult,
+    RewardUnavailable,
     Span,
     as_result,
     batched,
@@ -19,9 +20,10 @@ from botjax.rewards.base import (
     spans_to_token_values,
     steps_to_arrays,
 )
+from botjax.rewards.pool import RewardPool
 
 __all__ = [
-    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardResult", "Span", "as_result", "batched",
-    "call_reward_fn", "check_batch", "combine", "combine_results", "rewards_array",
-    "spans_to_token_values", "steps_to_arrays",
+    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardPool", "RewardResult",
+    "RewardUnavailable", "Span", "as_result", "batched", "call_reward_fn", "check_batch",
+    "combine", "combine_results", "rewards_array", "spans_to_token_values", "steps_to_arrays",
 ]

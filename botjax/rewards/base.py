@@ -20,6 +20,14 @@ import numpy as np
 Span = tuple[int, int, float]  # (char_start, char_end, value), half-open [start, end)
 
 
+class RewardUnavailable(RuntimeError):
+  """A reward service (e.g. a step judge) is gone for good.
+
+  The one exception `RewardPool` lets through: training on fallback rewards alone would silently
+  learn from no signal.
+  """
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardResult:
   """The score of one completion.

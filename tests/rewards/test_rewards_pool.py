@@ -1,0 +1,98 @@
+"""RewardPool: exceptions, hangs past the timeout, NaN and dead workers fall back; the batch completes.
+
+The scorers live at module level so that spawned worker processes can unpickle them; this module
+imports nothing heavy, since every spawned worker imports it.
+"""
+import math
+import os
+import time
+
+import pytest
+
+from botjax.rewards import RewardPool, RewardResult, RewardUnavailable, batched
+
+
+def _behave(prompt, completion, meta):
+  """Scores len(completion) unless the completion asks for a failure."""
+  if completion == "raise":
+    raise ValueError("bad item")
+  if completion == "hang":
+    time.sleep(30)
+  if completion == "nan":
+    return float("nan")
+  if completion == "exit":
+    os._exit(3)
+  if completion == "gone":
+    raise RewardUnavailable("judge is gone")
+  return RewardResult(reward=float(len(completion)), components={"len": float(len(completion))})
+
+
+SCORER = batched(_behave, name="behave")
+BATCH = ["ab", "raise", "abcd", "hang", "nan", "abc"]
+
+
+def _check_batch(results, fallback):
+  assert [r.reward for r in results] == [2.0, fallback, 4.0, fallback, fallback, 3.0]
+  assert [r.failed for r in results] == [False, True, False, True, True, False]
+  assert "ValueError: bad item" in results[1].error
+  assert "timed out" in results[3].error
+  assert "non-finite" in results[4].error
+  assert results[2].components == {"len": 4.0}
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_failures_fall_back_and_are_counted(kind):
+  with RewardPool(SCORER, num_workers=2, timeout_s=1.0, fallback_reward=-0.5, kind=kind) as pool:
+    n = len(BATCH)
+    if kind == "process":  # warm the spawned workers so start-up time is not counted as a hang
+      pool(["p"] * 2, ["a", "b"], [{}] * 2)
+    start = time.monotonic()
+    results = pool(["p"] * n, BATCH, [{}] * n)
+    elapsed = time.monotonic() - start
+    _check_batch(results, -0.5)
+    # The hung item costs one timeout, not the 30 s it sleeps (generous bound for a loaded CPU).
+    assert elapsed < 6.0, elapsed
+    m = pool.metrics()
+    assert (m["failures"], m["timeouts"], m["exceptions"], m["nonfinite"]) == (3, 1, 1, 1)
+    assert m["worker_restarts"] == 1
+    # The replaced worker serves the next batch normally.
+    again = pool(["p"] * 2, ["x", "yy"], [{}] * 2)
+    assert [r.reward for r in again] == [1.0, 2.0] and not any(r.failed for r in again)
+    pool.reset_metrics()
+    assert pool.metrics()["failures"] == 0
+
+
+def test_dead_process_worker_is_replaced():
+  with RewardPool(SCORER, num_workers=1, timeout_s=5.0, kind="process") as pool:
+    results = pool(["p"] * 3, ["a", "exit", "abc"], [{}] * 3)
+    assert [r.reward for r in results] == [1.0, 0.0, 3.0]
+    assert "died" in results[1].error and "3" in results[1].error
+    assert pool.metrics()["exceptions"] == 1 and pool.metrics()["worker_restarts"] == 1
+
+
+@pytest.mark.parametrize("kind", ["inline", "thread"])
+def test_reward_unavailable_propagates(kind):
+  pool = RewardPool(SCORER, num_workers=2, timeout_s=2.0, kind=kind)
+  with pytest.raises(RewardUnavailable, match="judge is gone"):
+    pool(["p"] * 3, ["a", "gone", "b"], [{}] * 3)
+  pool.close()
+
+
+def test_inline_and_mapping_of_fns():
+  pool = RewardPool({"len": SCORER, "one": batched(lambda p, c, m: 1.0)}, weights={"len": 2.0},
+                    kind="inline")
+  results = pool(["p", "p"], ["abc", "raise"], [{}, {}])
+  assert results[0].reward == 7.0 and results[0].components["len/len"] == 3.0
+  assert results[1].failed and results[1].reward == 0.0
+  assert pool.metrics()["exceptions"] == 1
+
+
+def test_bad_arguments():
+  with pytest.raises(ValueError, match="kind"):
+    RewardPool(SCORER, kind="fiber")
+  with pytest.raises(ValueError, match="timeout_s"):
+    RewardPool(SCORER, timeout_s=math.inf)
+  with pytest.raises(ValueError, match="num_workers"):
+    RewardPool(SCORER, num_workers=0)
+  with pytest.raises(ValueError, match="same length"):
+    RewardPool(SCORER, kind="inline")(["p"], ["a", "b"], [{}])
