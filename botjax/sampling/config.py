@@ -1,0 +1,104 @@
+"""Sampling configuration: decoding rule, stop tokens and shape buckets.
+
+`SamplingConfig` is frozen and hashable, so a `Sampler` can close over it at trace time: changing
+any field compiles a new program, while prompts, keys, parameters and `max_new_tokens` (inside its
+bucket) are run-time arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+def _check_buckets(name: str, buckets: tuple[int, ...]) -> None:
+  if not isinstance(buckets, tuple):
+    raise TypeError(f"{name} must be a tuple of ints, got {type(buckets).__name__} {buckets!r}")
+  if any(not isinstance(b, int) or b < 1 for b in buckets):
+    raise ValueError(f"{name} must hold positive ints, got {buckets!r}")
+  if any(a >= b for a, b in zip(buckets, buckets[1:])):
+    raise ValueError(f"{name} must be strictly increasing, got {buckets!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+  """How to decode, when to stop and how to bucket shapes.
+
+  Decoding rule for each new token, in this order (the order of `transformers` logits warpers):
+
+    z = logits / τ                     (τ = `temperature`; τ = 0 means greedy argmax)
+    z = top_k(z, k)                    (keep the k largest; ties with the k-th are kept)
+    z = top_p(z, p)                    (keep the smallest top set whose probability is ≥ p)
+    y ~ softmax(z)
+
+  The log-probability reported for the sampled token is `log_softmax(logits / τ)[y]`: tempered but
+  **not** truncated by top-k / top-p, which is what `botjax.models.token_logprobs(...,
+  temperature=τ)` computes in the trainer (see `logp_temperature`). Greedy decoding reports
+  `log_softmax(logits)[y]` (τ treated as 1).
+
+  Attributes:
+    max_new_tokens: default cap on generated tokens per row (a call may pass a smaller or larger
+      one; it is bucketed by `gen_len_buckets`).
+    temperature: τ ≥ 0; 0 selects greedy decoding.
+    top_k: keep the k most likely tokens; 0 disables.
+    top_p: nucleus mass in (0, 1]; 1 disables.
+    eos_token_ids: ids that end a row (finish reason 0, the token is kept and scored).
+    stop_token_ids: further ids that end a row, exactly like `eos_token_ids`.
+    pad_token_id: id written into prompt padding and after a row has stopped.
+    prompt_len_buckets: allowed padded prompt lengths; () means powers of two ≥ `min_len_bucket`.
+    gen_len_buckets: allowed padded generation lengths; () means powers of two ≥ `min_len_bucket`.
+    batch_buckets: allowed padded numbers of prompts per call; () means powers of two.
+    min_len_bucket: smallest power-of-two length bucket (used when a bucket tuple is empty).
+  """
+  max_new_tokens: int = 256
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  eos_token_ids: tuple[int, ...] = ()
+  stop_token_ids: tuple[int, ...] = ()
+  pad_token_id: int = 0
+  prompt_len_buckets: tuple[int, ...] = ()
+  gen_len_buckets: tuple[int, ...] = ()
+  batch_buckets: tuple[int, ...] = ()
+  min_len_bucket: int = 16
+
+  def __post_init__(self):
+    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+    if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+            and self.temperature >= 0):
+      raise ValueError(f"temperature must be a finite float >= 0 (0 = greedy), "
+                       f"got {self.temperature!r}")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+    if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+      raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {self.top_p!r}")
+    for name in ("eos_token_ids", "stop_token_ids"):
+      ids = getattr(self, name)
+      if not isinstance(ids, tuple) or any(not isinstance(i, int) or i < 0 for i in ids):
+        raise ValueError(f"{name} must be a tuple of non-negative ints, got {ids!r}")
+    if not isinstance(self.pad_token_id, int) or self.pad_token_id < 0:
+      raise ValueError(f"pad_token_id must be an int >= 0, got {self.pad_token_id!r}")
+    for name in ("prompt_len_buckets", "gen_len_buckets", "batch_buckets"):
+      _check_buckets(name, getattr(self, name))
+    if not isinstance(self.min_len_bucket, int) or self.min_len_bucket < 1:
+      raise ValueError(f"min_len_bucket must be an int >= 1, got {self.min_len_bucket!r}")
+
+  @property
+  def greedy(self) -> bool:
+    """True when decoding is argmax (temperature 0)."""
+    return self.temperature == 0
+
+  @property
+  def logp_temperature(self) -> float:
+    """The temperature under which `SampleOutput.logp` is computed: τ, or 1 when greedy.
+
+    Pass it as `temperature=` to `botjax.models.token_logprobs` to reproduce the sampler's
+    log-probabilities in the trainer.
+    """
+    return 1.0 if self.greedy else float(self.temperature)
+
+  @property
+  def all_stop_ids(self) -> tuple[int, ...]:
+    """EOS and stop ids, deduplicated, in first-seen order."""
+    return tuple(dict.fromkeys(self.eos_token_ids + self.stop_token_ids))

@@ -1,0 +1,145 @@
+"""Logit filters and the per-step sampling rule (pure functions, jit-able).
+
+Removed tokens get logit -inf, so `softmax` gives them probability exactly 0 and neither
+`jax.random.categorical` nor `argmax` can pick them. Hyperparameters are Python scalars (static):
+they select which ops are traced.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def _check_logits(logits: jax.Array) -> None:
+  chex.assert_rank(logits, 2)
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+
+
+def _top_p_threshold(sorted_desc: jax.Array, top_p: float) -> jax.Array:
+  """Smallest kept logit of the nucleus, from logits sorted in descending order. [B, 1]."""
+  probs = jax.nn.softmax(sorted_desc, axis=-1)
+  mass_before = jnp.cumsum(probs, axis=-1) - probs       # probability of strictly better tokens
+  keep = mass_before < top_p                             # always True for the first token
+  return jnp.min(jnp.where(keep, sorted_desc, jnp.inf), axis=-1, keepdims=True)
+
+
+def top_k_filter(logits: jax.Array, *, top_k: int) -> jax.Array:
+  """Keeps the k largest logits of each row: z'ᵥ = zᵥ if zᵥ ≥ z₍ₖ₎ else −∞.
+
+  z₍ₖ₎ is the k-th largest logit of the row; tokens tied with it are kept, so more than k tokens
+  survive only on exact ties.
+
+  Args:
+    logits: [B, V] float logits.
+    top_k: k ≥ 0 (static); 0 or k ≥ V returns `logits` unchanged.
+
+  Returns:
+    [B, V] logits with the removed entries set to −∞.
+
+  References:
+    Fan et al., Hierarchical Neural Story Generation, https://arxiv.org/abs/1805.04833
+  """
+  _check_logits(logits)
+  if top_k < 0:
+    raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+  if top_k == 0 or top_k >= logits.shape[-1]:
+    return logits
+  kth = jax.lax.top_k(logits, top_k)[0][:, -1:]          # [B, 1]
+  return jnp.where(logits < kth, -jnp.inf, logits)
+
+
+def top_p_filter(logits: jax.Array, *, top_p: float) -> jax.Array:
+  """Nucleus filter: keeps the smallest set of most likely tokens with total mass ≥ p.
+
+  With tokens sorted by probability π₍₁₎ ≥ π₍₂₎ ≥ …, token (i) is kept iff
+  Σ_{j<i} π₍ⱼ₎ < p, so the most likely token is always kept. Tokens tied with the last kept
+  logit are kept as well.
+
+  Args:
+    logits: [B, V] float logits (already divided by the temperature).
+    top_p: p in (0, 1] (static); 1 returns `logits` unchanged.
+
+  Returns:
+    [B, V] logits with the removed entries set to −∞.
+
+  References:
+    Holtzman et al., The Curious Case of Neural Text Degeneration, https://arxiv.org/abs/1904.09751
+  """
+  _check_logits(logits)
+  if not 0.0 < top_p <= 1.0:
+    raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p}")
+  if top_p >= 1.0:
+    return logits
+  sorted_desc = -jnp.sort(-logits, axis=-1)
+  return jnp.where(logits < _top_p_threshold(sorted_desc, top_p), -jnp.inf, logits)
+
+
+def filter_logits(logits: jax.Array, *, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+  """Top-k, then top-p, in one pass: the nucleus is computed over the k survivors only.
+
+  Equal to `top_p_filter(top_k_filter(logits, top_k=k), top_p=p)`; with both active it sorts
+  k values per row instead of V.
+
+  Args:
+    logits: [B, V] float logits (already divided by the temperature).
+    top_k: k ≥ 0 (static), 0 = off.
+    top_p: p in (0, 1] (static), 1 = off.
+
+  Returns:
+    [B, V] logits with the removed entries set to −∞.
+  """
+  _check_logits(logits)
+  if top_k < 0:
+    raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+  if not 0.0 < top_p <= 1.0:
+    raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p}")
+  use_k = 0 < top_k < logits.shape[-1]
+  if not use_k:
+    return top_p_filter(logits, top_p=top_p)
+  top_vals = jax.lax.top_k(logits, top_k)[0]            # [B, k], descending
+  threshold = top_vals[:, -1:]
+  if top_p < 1.0:
+    threshold = _top_p_threshold(top_vals, top_p)       # ≥ the k-th value
+  return jnp.where(logits < threshold, -jnp.inf, logits)
+
+
+def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int = 0,
+                  top_p: float = 1.0) -> tuple[jax.Array, jax.Array]:
+  """Draws one token per row and returns its log-probability under the tempered softmax.
+
+    greedy (τ = 0):  y = argmax_v zᵥ,                 log π(y) = log_softmax(z)[y]
+    sampling:        y ~ softmax(filter(z / τ)),       log π(y) = log_softmax(z / τ)[y]
+
+  The reported log-probability ignores the top-k / top-p truncation: it is the value the trainer
+  recomputes with `token_logprobs(..., temperature=τ)` (τ = 1 for greedy), so importance ratios
+  start at exactly 1.
+
+  Args:
+    keys: [B] typed PRNG keys (or [B, 2] raw uint32 keys), one per row, so a row's draw does
+      not depend on the other rows of the batch.
+    logits: [B, V] float logits of the next token.
+    temperature: τ ≥ 0 (static); 0 = greedy (keys unused).
+    top_k: k ≥ 0 (static), 0 = off.
+    top_p: p in (0, 1] (static), 1 = off.
+
+  Returns:
+    tokens: [B] int32 sampled ids.
+    logp: [B] float32 log-probabilities of `tokens`.
+  """
+  _check_logits(logits)
+  if temperature < 0:
+    raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+  logits = logits.astype(jnp.float32)
+  if temperature == 0:
+    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    scaled = logits
+  else:
+    scaled = logits / jnp.float32(temperature)
+    filtered = filter_logits(scaled, top_k=top_k, top_p=top_p)
+    tokens = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
+  logp_all = jax.nn.log_softmax(scaled, axis=-1)
+  logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
+  return tokens, logp

@@ -1,0 +1,348 @@
+"""Batched generation: one prefill, then a jitted KV-cache decode loop with per-token log-probs.
+
+Layout of a call with P prompts, n samples each (B = P·n rows), padded prompt length Lp and
+generation bucket T:
+
+  cache slots  0 … Lp−1        the left-padded prompt (padding slots are never attended)
+               Lp … Lp+T−2     generated tokens, one slot per decode step
+  positions    prompt token j of a row of length m: j − (Lp − m);  generated token t: m + t
+
+The prompt is prefilled once per prompt (P rows) and its cache repeated n times. The decode loop
+is a `jax.lax.while_loop` that stops when every row has emitted a stop token or `max_new_tokens`
+tokens were generated, whichever comes first; the token budget is a run-time value, so all budgets
+inside one generation bucket share one program. Parameters are an argument of the jitted
+function (split once from the NNX module), so new parameters between RL steps do not recompile.
+
+Randomness: row r draws token t with key `fold_in(fold_in(key, r), t)`, so the same key gives the
+same completions whatever the sharding and whatever the padding of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from botjax.models.decoder import KVCache
+from botjax.models.sharding import constrain
+from botjax.sampling.buckets import bucket_size, left_pad
+from botjax.sampling.config import SamplingConfig
+from botjax.sampling.filtering import sample_logits
+
+FINISH_STOP = 0      # the row emitted an EOS / stop token (kept as its last token)
+FINISH_LENGTH = 1    # the row reached max_new_tokens
+
+_BATCH_AXES = ("data", "fsdp")
+
+
+class TeacherForcing(NamedTuple):
+  """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
+
+  With `logp_full, _ = token_logprobs(model, input_ids, positions, attention_mask, targets,
+  temperature=config.logp_temperature)`, `logp_full[:, start:start + T]` equals
+  `SampleOutput.logp` where `SampleOutput.mask` is True.
+
+  Attributes:
+    input_ids: [B, L] int32, prompt then completion (L = Lp + T).
+    positions: [B, L] int32 positions (left padding at 0).
+    attention_mask: [B, L] bool, True on prompt and generated tokens.
+    targets: [B, L] int32, input_ids shifted left by one (last column: padding).
+    start: Lp − 1, the column whose target is the first generated token.
+  """
+  input_ids: jax.Array
+  positions: jax.Array
+  attention_mask: jax.Array
+  targets: jax.Array
+  start: int
+
+
+@struct.dataclass
+class SampleOutput:
+  """Completions of one `Sampler.generate` call, B = P·n rows, prompt p's rows adjacent.
+
+  Attributes:
+    prompt_ids: [B, Lp] int32, left-padded prompt of each row.
+    prompt_mask: [B, Lp] bool, True on prompt tokens.
+    tokens: [B, T] int32 generated ids, `pad_token_id` after the end of a row.
+    mask: [B, T] bool, True on generated tokens (the stop token included).
+    logp: [B, T] float32 log-probabilities of `tokens` under softmax(logits / τ) (τ = 1 when
+      greedy), 0 where `mask` is False.
+    lengths: [B] int32 number of generated tokens, `mask.sum(-1)`.
+    finish_reason: [B] int32, 0 = stop token (`FINISH_STOP`), 1 = length (`FINISH_LENGTH`).
+    group_ids: [B] int32 prompt index of each row, in [0, num_groups).
+    num_groups: P (static).
+  """
+  prompt_ids: jax.Array
+  prompt_mask: jax.Array
+  tokens: jax.Array
+  mask: jax.Array
+  logp: jax.Array
+  lengths: jax.Array
+  finish_reason: jax.Array
+  group_ids: jax.Array
+  num_groups: int = struct.field(pytree_node=False)
+
+  def teacher_forcing(self) -> TeacherForcing:
+    """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`."""
+    input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
+    attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)
+    positions = jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
+    targets = jnp.concatenate([input_ids[:, 1:], self.tokens[:, -1:]], axis=1)
+    return TeacherForcing(input_ids, positions, attention_mask, targets,
+                          self.prompt_ids.shape[1] - 1)
+
+
+def _split_model(model: Any) -> tuple[nnx.GraphDef, Any]:
+  if isinstance(model, nnx.Module):
+    return nnx.split(model)
+  if isinstance(model, tuple) and len(model) == 2 and isinstance(model[0], nnx.GraphDef):
+    return model
+  if isinstance(model, nnx.GraphDef):
+    return model, None
+  raise TypeError("model must be an nnx.Module, an nnx.GraphDef, or a (graphdef, state) pair; "
+                  f"got {type(model).__name__}")
+
+
+def _repeat_cache(cache: KVCache, n: int) -> KVCache:
+  """Repeats each row of a cache n times (rows of one prompt adjacent)."""
+  if n == 1:
+    return cache
+  return KVCache(k=jnp.repeat(cache.k, n, axis=1), v=jnp.repeat(cache.v, n, axis=1),
+                 valid=jnp.repeat(cache.valid, n, axis=0))
+
+
+def _constrain_cache(cache: KVCache) -> KVCache:
+  axes = ("layers", "batch", "cache_length", "act_kv_heads", "head_dim")
+  return KVCache(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
+                 valid=constrain(cache.valid, ("batch", "cache_length")))
+
+
+class Sampler:
+  """Jitted batched sampler for a `botjax.models.Decoder`.
+
+  Example:
+    sampler = Sampler(model, model.config, SamplingConfig(max_new_tokens=128, temperature=1.0,
+                                                          eos_token_ids=(eos,)))
+    out = sampler.generate([[1, 2, 3], [4, 5]], jax.random.key(0), n=8)   # B = 16 rows
+    out = sampler.generate(prompts, key, n=8, params=nnx.state(updated_model))  # no recompile
+
+  Args:
+    model: an `nnx.Module` (split once here), or a `(graphdef, state)` pair, or a graphdef
+      alone (then every `generate` call passes `params`).
+    model_config: the model's `DecoderConfig` (None: `model.config`).
+    sampling_config: decoding rule, stop ids and buckets.
+    mesh: optional mesh with axes (`data`, `fsdp`, `tensor`): rows are sharded over `data` and
+      `fsdp`, the model over `tensor` (parameters keep the sharding they already have, e.g. from
+      `botjax.models.sharding.shard_model`). None runs on the default device.
+    cache_dtype: KV-cache dtype (None: the model's compute dtype, float32 if unknown).
+  """
+
+  def __init__(self, model: Any, model_config: Any, sampling_config: SamplingConfig, *,
+               mesh: Mesh | None = None, cache_dtype: Any = None):
+    if not isinstance(sampling_config, SamplingConfig):
+      raise TypeError(f"sampling_config must be a SamplingConfig, got "
+                      f"{type(sampling_config).__name__}")
+    self.graphdef, self.params = _split_model(model)
+    if model_config is None:
+      model_config = getattr(model, "config", None)
+      if model_config is None:
+        raise ValueError("model_config is None and the model has no `config` attribute")
+    self.model_config = model_config
+    self.config = sampling_config
+    self.mesh = mesh
+    if cache_dtype is None:
+      cache_dtype = getattr(model, "dtype", jnp.float32)
+    self.cache_dtype = jnp.dtype(cache_dtype)
+    vocab = model_config.vocab_size
+    for i in sampling_config.all_stop_ids + (sampling_config.pad_token_id,):
+      if i >= vocab:
+        raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
+                         f"[0, {vocab})")
+    self._batch_shards = 1
+    if mesh is not None:
+      self._batch_shards = math.prod(mesh.shape.get(a, 1) for a in _BATCH_AXES)
+    self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"))
+
+  # -- host side ---------------------------------------------------------------------------
+
+  def set_params(self, params: Any) -> None:
+    """Replaces the parameters used by later `generate` calls (an `nnx.State` or a module)."""
+    self.params = nnx.state(params) if isinstance(params, nnx.Module) else params
+
+  def num_compiled(self) -> int:
+    """Programs compiled so far (one per bucket triple and `n`)."""
+    return self._generate_jit._cache_size()
+
+  def buckets(self, num_prompts: int, prompt_len: int, max_new_tokens: int,
+              n: int = 1) -> tuple[int, int, int]:
+    """The padded (prompts, prompt length, generation length) a call would compile for."""
+    cfg = self.config
+    # P·n must divide over the batch shards: P must be a multiple of shards / gcd(shards, n).
+    multiple = self._batch_shards // math.gcd(self._batch_shards, n)
+    pb = bucket_size(num_prompts, cfg.batch_buckets, multiple_of=multiple,
+                     name="number of prompts")
+    lp = bucket_size(prompt_len, cfg.prompt_len_buckets, minimum=cfg.min_len_bucket,
+                     name="prompt length")
+    tb = bucket_size(max_new_tokens, cfg.gen_len_buckets, minimum=cfg.min_len_bucket,
+                     name="max_new_tokens")
+    return pb, lp, tb
+
+  def generate(self, prompts: Sequence[Sequence[int]], key: jax.Array, *, n: int = 1,
+               max_new_tokens: int | None = None, params: Any = None,
+               stop_token_ids: Sequence[Sequence[int]] | None = None) -> SampleOutput:
+    """Samples n completions for each prompt.
+
+    Args:
+      prompts: P token-id lists (no padding), each non-empty.
+      key: a PRNG key (`jax.random.key` or a raw uint32[2] key).
+      n: completions per prompt (the group size G).
+      max_new_tokens: generation budget for this call (default `config.max_new_tokens`); any
+        value within the same generation bucket reuses the compiled program.
+      params: model parameters (`nnx.State` of the sampler's graphdef, or a module) for this
+        call only; default: the sampler's current parameters.
+      stop_token_ids: optional P lists of extra stop ids, one list per prompt, on top of the
+        config's `eos_token_ids` and `stop_token_ids`.
+
+    Returns:
+      `SampleOutput` with B = P·n rows (rows of prompt p adjacent, `group_ids = p`),
+      `num_groups = P`, prompt columns Lp and generated columns T as bucketed.
+    """
+    cfg = self.config
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+      raise ValueError("prompts must be a non-empty list of token-id lists")
+    if not isinstance(n, int) or n < 1:
+      raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+    max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if not isinstance(max_new, (int, np.integer)) or max_new < 1:
+      raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new!r}")
+    params = self.params if params is None else params
+    if isinstance(params, nnx.Module):
+      params = nnx.state(params)
+    if params is None:
+      raise ValueError("this sampler holds no parameters: pass params=")
+    vocab = self.model_config.vocab_size
+    prompts = [list(map(int, p)) for p in prompts]
+    for i, p in enumerate(prompts):
+      bad = [t for t in p if not 0 <= t < vocab]
+      if bad:
+        raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
+    num = len(prompts)
+    pb, lp, tb = self.buckets(num, max(len(p) for p in prompts), int(max_new), n)
+
+    ids, mask = left_pad(prompts, lp, pad_token_id=cfg.pad_token_id)
+    padded_ids = np.full((pb, lp), cfg.pad_token_id, np.int32)
+    padded_mask = np.zeros((pb, lp), bool)
+    padded_ids[:num], padded_mask[:num] = ids, mask
+    padded_mask[num:, -1] = True              # dummy rows: one token, never generate
+    active = np.zeros((pb,), bool)
+    active[:num] = True
+
+    extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
+    if len(extra) != num:
+      raise ValueError(f"stop_token_ids has {len(extra)} lists for {num} prompts")
+    for i, s in enumerate(extra):
+      if any(not 0 <= t < vocab for t in s):
+        raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab})")
+    width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
+                        name="number of stop ids")
+    stops = np.full((pb, width), -1, np.int32)
+    for i in range(pb):
+      row = list(cfg.all_stop_ids) + (extra[i] if i < num else [])
+      stops[i, :len(row)] = row
+
+    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
+      key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
+    args = (params, padded_ids, padded_mask, active, stops, key, np.int32(max_new))
+    if self.mesh is not None:
+      rows = NamedSharding(self.mesh, P(_BATCH_AXES) if pb % self._batch_shards == 0 else P())
+      replicated = NamedSharding(self.mesh, P())
+      args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
+              np.int32(max_new))
+      with jax.set_mesh(self.mesh):
+        out = self._generate_jit(*args, n=n, gen_len=tb)
+    else:
+      out = self._generate_jit(*args, n=n, gen_len=tb)
+    if pb != num:
+      out = jax.tree.map(lambda x: x[:num * n], out)
+      out = out.replace(num_groups=num)
+    return out
+
+  # -- device side -------------------------------------------------------------------------
+
+  def _generate_impl(self, params, prompt_ids, prompt_mask, active, stop_ids, key, max_new,
+                     *, n: int, gen_len: int) -> SampleOutput:
+    """Prefill + decode loop (traced once per bucket)."""
+    cfg = self.config
+    model = nnx.merge(self.graphdef, params)
+    num, lp = prompt_ids.shape
+    rows = num * n
+    pad = jnp.int32(cfg.pad_token_id)
+
+    # Prefill the P prompts once; only the last column's logits are needed (left padding puts
+    # every prompt's last token there), so the [P, Lp, V] logits are never formed.
+    positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
+    cache = KVCache.init(self.model_config, batch_size=num, max_len=lp + gen_len,
+                         dtype=self.cache_dtype)
+    hidden, cache = model(prompt_ids, positions, attention_mask=prompt_mask, cache=cache,
+                          cache_index=jnp.int32(0), return_hidden=True)
+    logits = model.unembed(hidden[:, -1, :])                       # [P, V]
+
+    def rep(x):
+      return jnp.repeat(x, n, axis=0)
+
+    cache = _constrain_cache(_repeat_cache(cache, n))
+    logits = constrain(rep(logits), ("batch", "act_vocab"))
+    prompt_len = rep(jnp.sum(prompt_mask.astype(jnp.int32), axis=1))   # [B]
+    stop_ids = rep(stop_ids)
+    active = rep(active)
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(rows))
+
+    def draw(step, step_logits, live):
+      keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+      tok, lp_tok = sample_logits(keys, step_logits, temperature=cfg.temperature,
+                                  top_k=cfg.top_k, top_p=cfg.top_p)
+      tok = jnp.where(live, tok, pad)
+      lp_tok = jnp.where(live, lp_tok, 0.0)
+      hit = live & jnp.any(tok[:, None] == stop_ids, axis=1)
+      return tok, lp_tok, hit
+
+    tokens = jnp.full((rows, gen_len), pad, jnp.int32)
+    logp = jnp.zeros((rows, gen_len), jnp.float32)
+    tok, lp_tok, stopped = draw(jnp.int32(0), logits, active)
+    tokens = tokens.at[:, 0].set(tok)
+    logp = logp.at[:, 0].set(lp_tok)
+    lengths = active.astype(jnp.int32)
+    done = ~active | stopped
+
+    def cond(carry):
+      t, _, _, _, _, done, _, _ = carry
+      return (t < max_new) & ~jnp.all(done)
+
+    def body(carry):
+      t, cache, prev, tokens, logp, done, stopped, lengths = carry
+      live = ~done
+      # Feed token t−1 into slot Lp + t − 1; its logits give token t.
+      step_logits, cache = model(prev[:, None], (prompt_len + t - 1)[:, None],
+                                 attention_mask=live[:, None], cache=cache,
+                                 cache_index=lp + t - 1)
+      tok, lp_tok, hit = draw(t, step_logits[:, 0, :], live)
+      tokens = jax.lax.dynamic_update_slice_in_dim(tokens, tok[:, None], t, axis=1)
+      logp = jax.lax.dynamic_update_slice_in_dim(logp, lp_tok[:, None], t, axis=1)
+      return (t + 1, cache, tok, tokens, logp, done | hit, stopped | hit,
+              lengths + live.astype(jnp.int32))
+
+    carry = (jnp.int32(1), cache, tok, tokens, logp, done, stopped, lengths)
+    _, _, _, tokens, logp, _, stopped, lengths = jax.lax.while_loop(cond, body, carry)
+
+    mask = jnp.arange(gen_len, dtype=jnp.int32)[None, :] < lengths[:, None]
+    return SampleOutput(
+        prompt_ids=rep(prompt_ids), prompt_mask=rep(prompt_mask), tokens=tokens, mask=mask,
+        logp=logp, lengths=lengths,
+        finish_reason=jnp.where(stopped, FINISH_STOP, FINISH_LENGTH).astype(jnp.int32),
+        group_ids=(jnp.arange(rows, dtype=jnp.int32) // n), num_groups=num)

@@ -1,0 +1,205 @@
+"""Text in, text out: prompts through the tokenizer (and chat template), completions back with
+the character offsets of every generated token.
+
+Reward functions work on strings and return character spans; `offsets[b][t] = (start, end)` maps
+generated token t of row b to `completions[b][start:end]`, which is how
+`botjax.rewards.spans_to_token_values` turns spans into token-level values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from botjax.sampling.sampler import SampleOutput, Sampler
+
+Message = Mapping[str, str]
+Prompt = str | Sequence[Message]
+
+
+def _backend(tokenizer: Any):
+  """The Rust `tokenizers.Tokenizer` behind a tokenizer, or None for pure-Python tokenizers."""
+  try:
+    from tokenizers import Tokenizer
+  except ImportError:  # tokenizers is a dependency of transformers; keep the slow path working
+    return None
+  if isinstance(tokenizer, Tokenizer):
+    return tokenizer
+  backend = getattr(tokenizer, "backend_tokenizer", None)
+  return backend if isinstance(backend, Tokenizer) else None
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+  backend = _backend(tokenizer)
+  if backend is not None:
+    return backend.decode(list(ids), skip_special_tokens=False)
+  return tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def decode_with_offsets(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+  """Decodes token ids and returns, for each token, the span of text it produced.
+
+  Tokens are decoded incrementally (`tokenizers.decoders.DecodeStream` for fast tokenizers, a
+  prefix re-decode otherwise), so `text = c₀ + c₁ + …` where cᵢ is the new text after token i and
+  `offsets[i] = (len(c₀…cᵢ₋₁), len(c₀…cᵢ))`. Tokens that hold only part of a multi-byte character
+  produce no text on their own; all tokens that complete a chunk of text share that chunk's span,
+  so the first character of each token's span is the first character it helped to write. Special
+  tokens are decoded as their text.
+
+  Args:
+    tokenizer: a `transformers` tokenizer or a `tokenizers.Tokenizer`.
+    ids: the token ids of one completion.
+
+  Returns:
+    text: the decoded string.
+    offsets: len(ids) pairs (start, end), 0 ≤ start ≤ end ≤ len(text), non-decreasing.
+  """
+  ids = [int(i) for i in ids]
+  backend = _backend(tokenizer)
+  pieces: list[str] = []
+  offsets: list[tuple[int, int]] = []
+  pending: list[int] = []          # tokens waiting for the rest of a multi-byte character
+  length = 0
+
+  def emit(chunk: str, index: int) -> None:
+    nonlocal length
+    start = length
+    length += len(chunk)
+    pieces.append(chunk)
+    for j in pending + [index]:
+      offsets[j] = (start, length)
+    pending.clear()
+
+  if backend is not None:
+    from tokenizers.decoders import DecodeStream
+    stream = DecodeStream(skip_special_tokens=False)
+    for i, token in enumerate(ids):
+      offsets.append((length, length))
+      chunk = stream.step(backend, token)
+      if chunk is None:
+        pending.append(i)
+      else:
+        emit(chunk, i)
+  else:
+    for i in range(len(ids)):
+      offsets.append((length, length))
+      prefix = tokenizer.decode(ids[:i + 1], skip_special_tokens=False)
+      if prefix.endswith("\ufffd") or not prefix.startswith("".join(pieces)):
+        pending.append(i)
+      else:
+        emit(prefix[length:], i)
+  if pending:                      # the text ends inside a character: take what decode() gives
+    text = "".join(pieces)
+    full = _decode(tokenizer, ids)
+    tail = full[len(text):] if full.startswith(text) else ""
+    emit(tail, pending.pop())
+  return "".join(pieces), offsets
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[Prompt], *,
+                   chat_template: bool | None = None) -> tuple[list[list[int]], list[str]]:
+  """Tokenizes prompts: plain strings as they are, chat messages through the chat template.
+
+  Args:
+    tokenizer: a `transformers` tokenizer (with a chat template when chat prompts are used).
+    prompts: P prompts, each a string or a list of `{"role": ..., "content": ...}` messages.
+    chat_template: None applies the template to message lists only; True also wraps each string
+      as one user message; False refuses message lists.
+
+  Returns:
+    ids: P token-id lists.
+    texts: P prompt strings as the model sees them (after the template).
+  """
+  ids, texts = [], []
+  for p, prompt in enumerate(prompts):
+    if isinstance(prompt, str):
+      if chat_template:
+        prompt = [{"role": "user", "content": prompt}]
+      else:
+        texts.append(prompt)
+        ids.append(list(tokenizer(prompt)["input_ids"]))
+        continue
+    if chat_template is False:
+      raise ValueError(f"prompt {p} is a list of messages but chat_template=False")
+    if not isinstance(prompt, Sequence) or not all(isinstance(m, Mapping) for m in prompt):
+      raise TypeError(f"prompt {p} must be a string or a list of message dicts, "
+                      f"got {type(prompt).__name__}")
+    text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True,
+                                         tokenize=False)
+    texts.append(text)
+    # The template already wrote any BOS / special tokens as text.
+    ids.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+  return ids, texts
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSamples:
+  """Decoded completions with their token offsets.
+
+  Attributes:
+    output: the `SampleOutput` (B = P·n rows, group ids = prompt index).
+    prompts: B prompt strings (after the chat template), row b is prompt `group_ids[b]`.
+    completions: B completion strings; the stop token that ended a row is not part of the text.
+    offsets: B lists of `lengths[b]` pairs (start, end) into `completions[b]`, one per generated
+      token, the final stop token included (it gets the empty span at the end of the text).
+  """
+  output: SampleOutput
+  prompts: list[str]
+  completions: list[str]
+  offsets: list[list[tuple[int, int]]]
+
+
+def decode_completions(tokenizer: Any, output: SampleOutput,
+                       prompt_texts: Sequence[str] | None = None) -> TextSamples:
+  """Turns a `SampleOutput` into strings and per-token character offsets (host side).
+
+  Args:
+    tokenizer: the model's tokenizer.
+    output: what `Sampler.generate` returned.
+    prompt_texts: optional P prompt strings, repeated per row into `TextSamples.prompts`.
+
+  Returns:
+    `TextSamples` for the B rows of `output`.
+  """
+  tokens, lengths, finish, group_ids = jax.device_get(
+      (output.tokens, output.lengths, output.finish_reason, output.group_ids))
+  tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+  completions, offsets = [], []
+  for b in range(tokens.shape[0]):
+    ids = tokens[b, :int(lengths[b])].tolist()
+    stopped = int(finish[b]) == 0 and len(ids) > 0
+    text, offs = decode_with_offsets(tokenizer, ids[:-1] if stopped else ids)
+    if stopped:
+      offs.append((len(text), len(text)))
+    completions.append(text)
+    offsets.append(offs)
+  prompts = ([prompt_texts[int(g)] for g in np.asarray(group_ids)] if prompt_texts is not None
+             else [""] * tokens.shape[0])
+  return TextSamples(output=output, prompts=prompts, completions=completions, offsets=offsets)
+
+
+def generate_text(sampler: Sampler, tokenizer: Any, prompts: Sequence[Prompt], key: jax.Array,
+                  *, n: int = 1, max_new_tokens: int | None = None, params: Any = None,
+                  chat_template: bool | None = None) -> TextSamples:
+  """Generates `n` completions per prompt from strings or chat messages.
+
+  Args:
+    sampler: a `Sampler` for the model that `tokenizer` belongs to.
+    tokenizer: the model's tokenizer (`botjax.models.load_tokenizer(path)`).
+    prompts: P prompts, each a string or a list of chat messages (see `encode_prompts`).
+    key: PRNG key; the same key gives the same completions.
+    n: completions per prompt (the group size G).
+    max_new_tokens: overrides `SamplingConfig.max_new_tokens` for this call.
+    params: model parameters to sample with (default: the sampler's current ones).
+    chat_template: see `encode_prompts`.
+
+  Returns:
+    `TextSamples` with B = P·n rows, rows of prompt p adjacent, `group_ids = p`.
+  """
+  ids, texts = encode_prompts(tokenizer, prompts, chat_template=chat_template)
+  output = sampler.generate(ids, key, n=n, max_new_tokens=max_new_tokens, params=params)
+  return decode_completions(tokenizer, output, texts)
