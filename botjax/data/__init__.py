@@ -25,9 +25,11 @@ from botjax.data.templates import (
     chat_messages,
     format_prompt,
 )
+from botjax.data.tokenizer import CHAT_TEMPLATE, build_tokenizer, chatml, task_corpus
 
 __all__ = [
-    "ARITHMETIC_TEMPLATE", "ArithmeticTask", "DEFAULT_ERROR_WEIGHTS", "ERROR_KINDS",
+    "ARITHMETIC_TEMPLATE", "ArithmeticTask", "CHAT_TEMPLATE", "build_tokenizer", "chatml",
+    "task_corpus", "DEFAULT_ERROR_WEIGHTS", "ERROR_KINDS",
     "MATH_TEMPLATE", "TEMPLATES", "WorkedSolution", "apply_op", "chat_messages",
     "evaluate_expression", "format_prompt", "format_solution", "imperfect_solution",
     "imperfect_worked_solution", "make_splits", "record_from_operands", "reference_solution",
