@@ -1,0 +1,142 @@
+"""The decoder: embeddings, a stack of pre-norm blocks, final norm, tied or separate LM head.
+
+One implementation serves Qwen2/2.5, Llama 3.x, SmolLM3 and Phi-3/Phi-4-mini; the family
+differences are fields of `DecoderConfig`. A `KVCache` pytree holds S slots per layer for the
+sampler; the forward pass without a cache attends causally among the given tokens.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from botjax.models.config import DecoderConfig
+from botjax.models.layers import Block, RMSNorm, _param, rope_cos_sin
+from botjax.models.sharding import constrain
+
+
+@struct.dataclass
+class KVCache:
+  """Per-layer keys and values of S cache slots, and which slots hold a real token.
+
+  Attributes:
+    k: [num_layers, B, S, K, H] keys (RoPE already applied).
+    v: [num_layers, B, S, K, H] values.
+    valid: bool [B, S], True where a slot holds a (non-padding) token.
+  """
+
+  k: jax.Array
+  v: jax.Array
+  valid: jax.Array
+
+  @classmethod
+  def init(cls, cfg: DecoderConfig, *, batch_size: int, max_len: int,
+           dtype=jnp.float32) -> "KVCache":
+    """An empty cache of `max_len` slots for `batch_size` rows."""
+    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+               valid=jnp.zeros((batch_size, max_len), bool))
+
+  @property
+  def max_len(self) -> int:
+    return self.k.shape[2]
+
+
+class Decoder(nnx.Module):
+  """Decoder-only transformer with the HF families' conventions.
+
+  Call: `model(input_ids, positions, attention_mask=None, *, cache=None, cache_index=None,
+  return_hidden=False) -> (logits f32[B, L, V] or hidden [B, L, D], cache or None)`.
+  """
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
+               param_dtype=jnp.float32):
+    self.config = cfg
+    self.dtype = dtype
+    d, v = cfg.hidden_size, cfg.vocab_size
+    self.embed = _param(rngs, (v, d), ("vocab", "embed"), param_dtype)
+    self.layers = nnx.List([Block(cfg, i, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+                            for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(d, eps=cfg.rms_norm_eps, rngs=rngs, param_dtype=param_dtype)
+    if not cfg.tie_word_embeddings:
+      self.lm_head = _param(rngs, (d, v), ("embed", "vocab"), param_dtype, fan_in=d)
+
+  def __call__(self, input_ids: jax.Array, positions: jax.Array,
+               attention_mask: jax.Array | None = None, *, cache: KVCache | None = None,
+               cache_index: jax.Array | int | None = None, return_hidden: bool = False
+               ) -> tuple[jax.Array, KVCache | None]:
+    """Forward pass over L new tokens, optionally through a KV cache.
+
+    Without a cache, query l sees key s iff s ≤ l and attention_mask[s]. With a cache, the L
+    new keys/values go to slots cache_index .. cache_index+L-1, marked valid where
+    attention_mask is True, and query l sees every valid slot ≤ cache_index + l.
+
+    Args:
+      input_ids: int32 [B, L] token ids.
+      positions: int32 [B, L] position ids (explicit, so left-padded rows work).
+      attention_mask: bool [B, L], True on real tokens (default: all True).
+      cache: a `KVCache` with S ≥ cache_index + L slots, or None.
+      cache_index: int32 scalar (may be traced): the slot of the first new token.
+      return_hidden: return the final-normed hidden states [B, L, D] instead of logits.
+
+    Returns:
+      (float32 logits [B, L, V] — or hidden [B, L, D] in `dtype` — and the updated cache or
+      None).
+    """
+    cfg = self.config
+    if input_ids.ndim != 2 or positions.shape != input_ids.shape:
+      raise ValueError(f"input_ids and positions must both be [B, L]; got {input_ids.shape} "
+                       f"and {positions.shape}")
+    b, l = input_ids.shape
+    if attention_mask is None:
+      attention_mask = jnp.ones((b, l), bool)
+    attention_mask = attention_mask.astype(bool)
+    x = jnp.take(self.embed[...], input_ids, axis=0).astype(self.dtype)
+    x = constrain(x, ("batch", "length", "act_embed"))
+    cos, sin = rope_cos_sin(cfg, positions)
+    causal = jnp.tril(jnp.ones((l, l), bool))
+    allowed = causal[None, :, :] & attention_mask[:, None, :]        # [B, L, L]
+    allowed_past = None
+    if cache is not None:
+      if cache_index is None:
+        raise ValueError("a cached forward needs cache_index (slot of the first new token)")
+      index = jnp.asarray(cache_index, jnp.int32)
+      # The new tokens' own slots are covered by `allowed`; earlier slots by `allowed_past`.
+      slots = jnp.arange(cache.max_len, dtype=jnp.int32)
+      allowed_past = (cache.valid & (slots[None, :] < index))[:, None, :]   # [B, 1, S]
+      allowed_past = jnp.broadcast_to(allowed_past, (b, l, cache.max_len))
+      k_all, v_all = cache.k, cache.v
+      zero = jnp.zeros((), jnp.int32)
+    for i, layer in enumerate(self.layers):
+      past = None if cache is None else (cache.k[i], cache.v[i], allowed_past)
+      x, (k, v) = layer(x, cos, sin, allowed, past)
+      if cache is not None:
+        start = (jnp.asarray(i, jnp.int32), zero, index, zero, zero)
+        k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
+        v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
+    hidden = self.final_norm(x)
+    new_cache = None
+    if cache is not None:
+      valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (zero, index))
+      new_cache = KVCache(k=k_all, v=v_all, valid=valid)
+    if return_hidden:
+      return hidden, new_cache
+    return self.unembed(hidden), new_cache
+
+  def unembed(self, hidden: jax.Array) -> jax.Array:
+    """Logits of hidden states: h Eᵀ (tied) or h W_lm.
+
+    Args:
+      hidden: [..., D] final-normed hidden states.
+
+    Returns:
+      float32 [..., V] logits.
+    """
+    if self.config.tie_word_embeddings:
+      w = self.embed[...].astype(self.dtype)
+      return jnp.einsum("...D,VD->...V", hidden.astype(self.dtype), w,
+                        preferred_element_type=jnp.float32)
+    w = self.lm_head[...].astype(self.dtype)
+    return jnp.einsum("...D,DV->...V", hidden.astype(self.dtype), w,
+                      preferred_element_type=jnp.float32)

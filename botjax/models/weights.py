@@ -1,0 +1,204 @@
+"""Hugging Face checkpoints in and out: safetensors (single or sharded), config.json, tokenizer.
+
+Loading builds the model abstractly (no memory), then reads one tensor at a time, transforms it
+on the host and places it straight onto its mesh sharding; the host holds at most one tensor
+(plus its transposed copy) at a time, never a second copy of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+
+from botjax.models import families
+from botjax.models.config import DecoderConfig
+from botjax.models.decoder import Decoder
+from botjax.models.sharding import RULES, logical_to_spec
+
+_INDEX = "model.safetensors.index.json"
+_SINGLE = "model.safetensors"
+
+
+def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = None) -> str:
+  """A local directory holding `config.json`: `path_or_repo` itself, or its HF-cache snapshot.
+
+  Args:
+    path_or_repo: a directory, or a Hub repo id such as `Qwen/Qwen2.5-3B`.
+    local_files_only: only look in the HF cache (default: True when HF_HUB_OFFLINE is set).
+
+  Returns:
+    The directory path.
+  """
+  if os.path.isdir(path_or_repo):
+    if not os.path.exists(os.path.join(path_or_repo, "config.json")):
+      raise FileNotFoundError(f"{path_or_repo} has no config.json")
+    return path_or_repo
+  import huggingface_hub  # only for repo ids; a local directory needs no hub code
+  from huggingface_hub import constants
+
+  if local_files_only is None:
+    local_files_only = bool(constants.HF_HUB_OFFLINE)
+  try:
+    return huggingface_hub.snapshot_download(
+        path_or_repo, local_files_only=local_files_only,
+        allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
+  except Exception as e:  # the hub raises several types for "not there"
+    raise FileNotFoundError(
+        f"could not find checkpoint {path_or_repo!r}: it is not a local directory, and the HF "
+        f"cache at {constants.HF_HUB_CACHE} has no snapshot of it "
+        f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
+
+
+def _weight_files(ckpt: str) -> list[str]:
+  index = os.path.join(ckpt, _INDEX)
+  if os.path.exists(index):
+    with open(index) as f:
+      weight_map = json.load(f)["weight_map"]
+    return sorted({os.path.join(ckpt, v) for v in weight_map.values()})
+  single = os.path.join(ckpt, _SINGLE)
+  if os.path.exists(single):
+    return [single]
+  raise FileNotFoundError(f"{ckpt} has neither {_INDEX} nor {_SINGLE}")
+
+
+def read_config(ckpt: str) -> DecoderConfig:
+  with open(os.path.join(ckpt, "config.json")) as f:
+    return DecoderConfig.from_hf_config(json.load(f))
+
+
+def _rule_lookup(cfg: DecoderConfig) -> dict[str, tuple[families.WeightRule, tuple[str, ...]]]:
+  return {name: (rule, paths) for rule, name, paths in families.all_names(cfg)}
+
+
+def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                    mesh: jax.sharding.Mesh | None = None, rules=RULES,
+                    local_files_only: bool | None = None) -> Decoder:
+  """Loads a Hugging Face checkpoint (Qwen2/2.5, Llama 3.x, SmolLM3, Phi-3/4-mini) as a Decoder.
+
+  The config comes from the checkpoint's `config.json`. Every tensor of the safetensors files
+  (single or sharded through `model.safetensors.index.json`, float32 or bfloat16) must map to a
+  parameter with the right shape, and every parameter must be filled; otherwise a ValueError
+  names the offending tensor.
+
+  Args:
+    path_or_repo: a local directory, or a Hub repo id looked up in the HF cache.
+    dtype: computation dtype of the model.
+    param_dtype: storage dtype of the parameters.
+    mesh: place each parameter on its sharding on this mesh (default: the first device).
+    rules: logical-axis rules (see `botjax.models.sharding.RULES`).
+    local_files_only: for repo ids: never go to the network.
+
+  Returns:
+    The `Decoder`, its config at `model.config`.
+  """
+  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only)
+  cfg = read_config(ckpt)
+  abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
+                                            param_dtype=param_dtype))
+  graphdef, state = nnx.split(abstract)
+  variables = {".".join(str(p) for p in path): var for path, var in nnx.to_flat_state(state)}
+  lookup = _rule_lookup(cfg)
+  filled: dict[str, jax.Array] = {}
+  for file in _weight_files(ckpt):
+    with safe_open(file, "np") as f:
+      for name in f.keys():
+        if any(p.match(name) for p in families.IGNORED):
+          continue
+        if name not in lookup:
+          if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue  # some tied checkpoints still write the (shared) head
+          raise ValueError(f"checkpoint tensor {name!r} in {file} has no place in a "
+                           f"{cfg.model_type} model with this config")
+        rule, paths = lookup[name]
+        arrays = rule.split(f.get_tensor(name), cfg)
+        for path, array in zip(paths, arrays):
+          var = variables[path]
+          want = var.get_value()
+          if tuple(array.shape) != tuple(want.shape):
+            raise ValueError(f"checkpoint tensor {name!r} gives {path} shape {array.shape}, "
+                             f"expected {want.shape}")
+          if path in filled:
+            raise ValueError(f"checkpoint tensor {name!r} fills {path} a second time")
+          filled[path] = _place(np.asarray(array), want.dtype, var, mesh, rules)
+  missing = sorted(set(variables) - set(filled))
+  if missing:
+    hf_of = {p: name for name, (_, paths) in lookup.items() for p in paths}
+    raise ValueError(f"checkpoint {ckpt} lacks {len(missing)} tensors, e.g. "
+                     f"{hf_of.get(missing[0], missing[0])!r} (for {missing[0]})")
+  for path, var in variables.items():
+    var.set_value(filled[path])
+  return nnx.merge(graphdef, state)
+
+
+def _place(array: np.ndarray, dtype, var: nnx.Variable, mesh, rules) -> jax.Array:
+  """Puts one host array onto its sharding, each device receiving only its own slice."""
+  array = array.astype(dtype)
+  if mesh is None:
+    return jax.device_put(array, jax.devices()[0])
+  axes = var.get_metadata().get("logical_axes")
+  spec = (jax.sharding.PartitionSpec() if axes is None
+          else logical_to_spec(axes, rules=rules, mesh=mesh, shape=array.shape))
+  sharding = jax.sharding.NamedSharding(mesh, spec)
+  return jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
+
+
+def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
+                    max_shard_bytes: int = 2 << 30) -> None:
+  """Writes `config.json` and safetensors in the Hugging Face layout that `transformers` loads.
+
+  Args:
+    model: the `Decoder`.
+    path: output directory (created).
+    dtype: dtype of the saved tensors (default: the parameters' own).
+    max_shard_bytes: above this a checkpoint is split into several files with an index.
+  """
+  from safetensors.flax import save_file
+
+  cfg: DecoderConfig = model.config
+  os.makedirs(path, exist_ok=True)
+  state = nnx.state(model)
+  values = {".".join(str(p) for p in k): v.get_value() for k, v in nnx.to_flat_state(state)}
+  shards: list[dict[str, jax.Array]] = [{}]
+  size = 0
+  saved_dtype = None
+  for rule, name, paths in families.all_names(cfg):
+    parts = tuple(np.asarray(jax.device_get(values[p]).astype(jnp.float32)) for p in paths)
+    tensor = np.ascontiguousarray(rule.join(parts, cfg))
+    out_dtype = dtype or values[paths[0]].dtype
+    saved_dtype = jnp.dtype(out_dtype)
+    nbytes = tensor.size * saved_dtype.itemsize
+    if shards[-1] and size + nbytes > max_shard_bytes:
+      shards.append({})
+      size = 0
+    shards[-1][name] = jnp.asarray(tensor, dtype=out_dtype)
+    size += nbytes
+  hf = cfg.to_hf_config(dtype=str(saved_dtype.name if saved_dtype is not None else "float32"))
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf, f, indent=2)
+  if len(shards) == 1:
+    save_file(shards[0], os.path.join(path, _SINGLE), metadata={"format": "pt"})
+    return
+  weight_map, total = {}, 0
+  for n, shard in enumerate(shards, start=1):
+    fname = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+    save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
+    for name, arr in shard.items():
+      weight_map[name] = fname
+      total += arr.size * arr.dtype.itemsize
+  with open(os.path.join(path, _INDEX), "w") as f:
+    json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def load_tokenizer(path_or_repo: str, *, local_files_only: bool | None = None):
+  """`transformers.AutoTokenizer` from the checkpoint directory (local files, chat template)."""
+  from transformers import AutoTokenizer
+
+  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only)
+  return AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
