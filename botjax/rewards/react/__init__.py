@@ -1,0 +1,1 @@
+"""React code-generation rewards (BoT-GRPO §4): compile, lint, render, LLM/VLM judges."""
