@@ -18,9 +18,16 @@ def _check_logits(logits: jax.Array) -> None:
     raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
 
 
-def _top_p_threshold(sorted_desc: jax.Array, top_p: float) -> jax.Array:
-  """Smallest kept logit of the nucleus, from logits sorted in descending order. [B, 1]."""
-  probs = jax.nn.softmax(sorted_desc, axis=-1)
+def _top_p_threshold(sorted_desc: jax.Array, top_p: float,
+                     log_norm: jax.Array | None = None) -> jax.Array:
+  """Smallest kept logit of the nucleus, from logits sorted in descending order. [B, 1].
+
+  `log_norm` [B, 1] is the log-normaliser of the distribution when `sorted_desc` holds only its
+  head (the top-k values); by default the sorted values are the whole distribution.
+  """
+  if log_norm is None:
+    log_norm = jax.nn.logsumexp(sorted_desc, axis=-1, keepdims=True)
+  probs = jnp.exp(sorted_desc - log_norm)
   mass_before = jnp.cumsum(probs, axis=-1) - probs       # probability of strictly better tokens
   keep = mass_before < top_p                             # always True for the first token
   return jnp.min(jnp.where(keep, sorted_desc, jnp.inf), axis=-1, keepdims=True)
@@ -80,8 +87,8 @@ def top_p_filter(logits: jax.Array, *, top_p: float) -> jax.Array:
 def filter_logits(logits: jax.Array, *, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
   """Top-k, then top-p, in one pass: the nucleus is computed over the k survivors only.
 
-  Equal to `top_p_filter(top_k_filter(logits, top_k=k), top_p=p)`; with both active it sorts
-  k values per row instead of V.
+  Equal to `top_p_filter(top_k_filter(logits, top_k=k), top_p=p)`, ties with the k-th logit
+  included; with both active it sorts k values per row instead of V.
 
   Args:
     logits: [B, V] float logits (already divided by the temperature).
@@ -102,7 +109,11 @@ def filter_logits(logits: jax.Array, *, top_k: int = 0, top_p: float = 1.0) -> j
   top_vals = jax.lax.top_k(logits, top_k)[0]            # [B, k], descending
   threshold = top_vals[:, -1:]
   if top_p < 1.0:
-    threshold = _top_p_threshold(top_vals, top_p)       # ≥ the k-th value
+    # Normalise over every top-k survivor (ties with the k-th value included), as the chained
+    # filters do; the nucleus then never reaches past the k-th value.
+    survivors = jnp.where(logits < threshold, -jnp.inf, logits)
+    log_norm = jax.nn.logsumexp(survivors, axis=-1, keepdims=True)
+    threshold = _top_p_threshold(top_vals, top_p, log_norm)   # ≥ the k-th value
   return jnp.where(logits < threshold, -jnp.inf, logits)
 
 
