@@ -20,10 +20,43 @@ from botjax.rewards.base import (
     spans_to_token_values,
     steps_to_arrays,
 )
+from botjax.rewards.judges import (
+    ExactArithmeticJudge,
+    JudgeError,
+    JudgeRequest,
+    JudgeStats,
+    JudgeUnavailable,
+    LocalModelJudge,
+    OpenAIStepJudge,
+    StepJudge,
+)
+from botjax.rewards.math import (
+    AnswerLimits,
+    MathReward,
+    StepSpan,
+    answers_match,
+    extract_answer,
+    extract_boxed,
+    format_score,
+    is_correct,
+    screen_answer,
+    segment_steps,
+)
 from botjax.rewards.pool import RewardPool
+from botjax.rewards.steps import STRATEGIES, judge_steps, step_scores, step_token_spans, windows
 
 __all__ = [
-    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardPool", "RewardResult",
-    "RewardUnavailable", "Span", "as_result", "batched", "call_reward_fn", "check_batch",
-    "combine", "combine_results", "rewards_array", "spans_to_token_values", "steps_to_arrays",
+    # base
+    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardResult", "RewardUnavailable", "Span",
+    "as_result", "batched", "call_reward_fn", "check_batch", "combine", "combine_results",
+    "rewards_array", "spans_to_token_values", "steps_to_arrays",
+    # pool
+    "RewardPool",
+    # math
+    "AnswerLimits", "MathReward", "StepSpan", "answers_match", "extract_answer", "extract_boxed",
+    "format_score", "is_correct", "screen_answer", "segment_steps",
+    # steps and judges
+    "STRATEGIES", "judge_steps", "step_scores", "step_token_spans", "windows",
+    "ExactArithmeticJudge", "JudgeError", "JudgeRequest", "JudgeStats", "JudgeUnavailable",
+    "LocalModelJudge", "OpenAIStepJudge", "StepJudge",
 ]
