@@ -18,6 +18,24 @@ from botjax.data.arithmetic import (
     record_from_operands,
     reference_solution,
 )
+from botjax.data.dataset import PromptDataset
+from botjax.data.loaders import (
+    AIME_1983_2024_FIELDS,
+    DataFormatError,
+    builtin_aime_sample,
+    load_csv,
+    load_hf_dataset,
+    load_json,
+    load_jsonl,
+    load_parquet,
+    load_records,
+    load_tfds,
+    prepare_tfds,
+    split_by_year,
+    split_random,
+    validate_record,
+    validate_records,
+)
 from botjax.data.templates import (
     ARITHMETIC_TEMPLATE,
     MATH_TEMPLATE,
@@ -28,6 +46,10 @@ from botjax.data.templates import (
 from botjax.data.tokenizer import CHAT_TEMPLATE, build_tokenizer, chatml, task_corpus
 
 __all__ = [
+    "AIME_1983_2024_FIELDS", "DataFormatError", "PromptDataset", "builtin_aime_sample",
+    "load_csv", "load_hf_dataset", "load_json", "load_jsonl", "load_parquet", "load_records",
+    "load_tfds", "prepare_tfds", "split_by_year", "split_random", "validate_record",
+    "validate_records",
     "ARITHMETIC_TEMPLATE", "ArithmeticTask", "CHAT_TEMPLATE", "build_tokenizer", "chatml",
     "task_corpus", "DEFAULT_ERROR_WEIGHTS", "ERROR_KINDS",
     "MATH_TEMPLATE", "TEMPLATES", "WorkedSolution", "apply_op", "chat_messages",
