@@ -184,15 +184,13 @@ def spans_to_token_values(spans: Sequence[Span], offsets, T: int) -> np.ndarray:
 
 
 def _token_step_row(steps: Sequence[Span], starts: np.ndarray) -> np.ndarray:
-  """Step index per token (-1 for none): the step holding its first character; tokens at or after
-  the end of the last step go to the last step."""
-  token_step = np.full(starts.shape, -1, np.int32)
-  for s, (start, end, _) in enumerate(steps):
-    token_step[(starts >= int(start)) & (starts < int(end))] = s
-  if steps:
-    last_end = max(int(end) for _, end, _ in steps)
-    token_step[(token_step < 0) & (starts >= last_end)] = len(steps) - 1
-  return token_step
+  """Step index per token: the last step starting at or before the token's first character
+  (so the step holding it, or, in a gap or after the last step, the step before); -1 before the
+  first step."""
+  step_starts = np.asarray([int(a) for a, _, _ in steps], np.int64)
+  if np.any(np.diff(step_starts) < 0):
+    raise ValueError(f"steps must be in text order, got starts {step_starts.tolist()}")
+  return (np.searchsorted(step_starts, starts, side="right") - 1).astype(np.int32)
 
 
 def steps_to_arrays(steps_per_row: Sequence[Sequence[Span] | None],
@@ -201,9 +199,10 @@ def steps_to_arrays(steps_per_row: Sequence[Sequence[Span] | None],
   """Packs ragged per-row step scores into the padded step layout of the algorithms.
 
   step_rewards[b, s] = score of step s of row b;  step_mask[b, s] = s < S_b;
-  token_step[b, t] = the step whose character span holds token t's first character; a token at or
-  after the end of the last step belongs to the last step (ALGORITHMS.md §9); tokens before the
-  first step, in gaps between steps, and padding get -1. A row with steps None or [] has no steps.
+  token_step[b, t] = the step whose character span holds token t's first character; a token in a
+  gap between steps belongs to the step before it, and a token after the end of the last step to
+  the last step (ALGORITHMS.md §9: every token after a step boundary belongs to that step); tokens
+  before the first step and padding get -1. A row with steps None or [] has no steps.
 
   Args:
     steps_per_row: B lists of (char_start, char_end, score), in text order, or None.
