@@ -11,12 +11,14 @@ from botjax.data.arithmetic import (
     WorkedSolution,
     apply_op,
     evaluate_expression,
+    final_accuracy_of_mix,
     format_solution,
     imperfect_solution,
     imperfect_worked_solution,
     make_splits,
     record_from_operands,
     reference_solution,
+    warm_start_examples,
 )
 from botjax.data.dataset import PromptDataset
 from botjax.data.loaders import (
@@ -55,4 +57,5 @@ __all__ = [
     "MATH_TEMPLATE", "TEMPLATES", "WorkedSolution", "apply_op", "chat_messages",
     "evaluate_expression", "format_prompt", "format_solution", "imperfect_solution",
     "imperfect_worked_solution", "make_splits", "record_from_operands", "reference_solution",
+    "final_accuracy_of_mix", "warm_start_examples",
 ]

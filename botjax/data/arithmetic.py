@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from botjax.data import templates
+
 OPS = ("+", "-", "*", "/")
 ERROR_KINDS = ("wrong_step", "wrong_final", "skipped_step", "format_slip")
 DEFAULT_ERROR_WEIGHTS = {"wrong_step": 0.4, "wrong_final": 0.2, "skipped_step": 0.2,
@@ -496,3 +498,49 @@ def imperfect_solution(record: Mapping[str, Any], rng, error_rate: float = 0.5, 
                        error_weights: Mapping[str, float] | None = None) -> str:
   """The text of `imperfect_worked_solution` (same arguments); for supervised warm starts."""
   return imperfect_worked_solution(record, rng, error_rate, error_weights=error_weights).text
+
+
+def final_accuracy_of_mix(error_rate: float,
+                          error_weights: Mapping[str, float] | None = None) -> float:
+  """Expected share of `imperfect_worked_solution` outputs with a correct `<final>` answer.
+
+  acc = (1 − e) + e · (w_format / Σw) · 2/3, since `wrong_step`, `wrong_final` and
+  `skipped_step` change the answer (up to rare coincidences, ignored here) and one of the three
+  format slips drops the `<final>` tag. With the default weights, acc ≈ 1 − 0.867·e.
+  """
+  weights = dict(DEFAULT_ERROR_WEIGHTS if error_weights is None else error_weights)
+  return (1.0 - error_rate) + error_rate * weights.get("format_slip", 0.0) / sum(
+      weights.values()) * 2.0 / 3.0
+
+
+def warm_start_examples(records: Sequence[Mapping[str, Any]], *, error_rate: float = 0.7,
+                        seed: int = 0, template: str | None = None,
+                        error_weights: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+  """Supervised warm-start pairs: a chat prompt and an imperfect worked solution per record.
+
+  A model fitted to these pairs imitates their mix, so its final-answer accuracy is at most
+  `final_accuracy_of_mix(error_rate)`: the default e = 0.7 gives ≈ 0.39, so RL starts from
+  partial competence (a tiny model trained briefly lands lower, which is the point).
+
+  Args:
+    records: arithmetic records.
+    error_rate: probability of a mistake per solution.
+    seed: seed of the mistakes (the output is a pure function of records and arguments).
+    template: prompt template (default `templates.ARITHMETIC_TEMPLATE`).
+    error_weights: relative weights of `ERROR_KINDS`.
+
+  Returns:
+    A list of dicts `{"id", "messages": [{"role": "user", "content": prompt}], "completion",
+    "error", "final_correct"}`; apply the tokenizer's chat template with
+    `add_generation_prompt=True` to `messages` and append `completion` and the EOS token.
+  """
+  template = templates.ARITHMETIC_TEMPLATE if template is None else template
+  rng = random.Random(f"botjax-warm-start:{seed}")
+  out = []
+  for record in records:
+    worked = imperfect_worked_solution(record, rng, error_rate, error_weights=error_weights)
+    out.append({"id": record.get("id", ""),
+                "messages": templates.chat_messages(record, template),
+                "completion": worked.text, "error": worked.error,
+                "final_correct": worked.final_correct})
+  return out

@@ -242,7 +242,7 @@ def builtin_aime_sample() -> list[dict[str, Any]]:
   `split_by_year` has something to split: years 2024 and 2025 hold five problems. Each record
   also has a worked `solution` in the step format.
   """
-  text = resources.files("botjax.data").joinpath("builtin", "aime_sample.jsonl").read_text(
+  text = resources.files("botjax.data.builtin").joinpath("aime_sample.jsonl").read_text(
       encoding="utf-8")
   return validate_records((json.loads(line) for line in text.splitlines() if line.strip()),
                           source="builtin/aime_sample.jsonl", location="line {}", start=1)

@@ -225,3 +225,29 @@ def test_prompt_templates():
       {"role": "user", "content": templates.MATH_TEMPLATE.replace("{problem}", "p")}]
   with pytest.raises(ValueError, match="no '\\{problem\\}' field"):
     templates.format_prompt("p", "no field here")
+
+
+def test_warm_start_examples_hit_the_requested_accuracy():
+  records = ar.ArithmeticTask(seed=8).problems(1500)
+  examples = ar.warm_start_examples(records, error_rate=0.7, seed=1)
+  assert examples == ar.warm_start_examples(records, error_rate=0.7, seed=1)
+  assert examples != ar.warm_start_examples(records, error_rate=0.7, seed=2)
+  acc = sum(e["final_correct"] for e in examples) / len(examples)
+  expected = ar.final_accuracy_of_mix(0.7)
+  assert abs(expected - (1 - 0.7 * (0.8 + 0.2 / 3))) < 1e-12
+  assert abs(acc - expected) < 0.05  # 3 sd of a rate over 1500 draws is 0.038
+  assert 0.2 <= acc <= 0.45
+  e = examples[0]
+  assert e["messages"] == templates.chat_messages(records[0], templates.ARITHMETIC_TEMPLATE)
+  ok, final = _check_worked(e["completion"])
+  assert (final == int(records[0]["answer"])) == e["final_correct"]
+
+
+def test_data_package_imports_no_jax_flax_or_transformers():
+  import subprocess
+  import sys
+  code = ("import sys, botjax.data, botjax.data.dataset, botjax.data.loaders\n"
+          "print(sorted(m for m in ('jax', 'flax', 'transformers', 'tokenizers', 'torch')"
+          " if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]"
