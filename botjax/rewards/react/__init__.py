@@ -1,1 +1,58 @@
-"""React code-generation rewards (BoT-GRPO §4): compile, lint, render, LLM/VLM judges."""
+"""React code-generation rewards (BoT-GRPO §4): compile, lint, render, LLM and VLM judges.
+
+Entry points:
+  ReactReward(ReactRewardConfig(...), code_judge=CodeJudge(JudgeConfig(...)), vlm_judge=...)
+      the RewardFn; `.score(...)` also returns diagnostics, screenshots and verdicts.
+  load_prompts() / load_prompts_jsonl(path) / load_hf_prompts(...) / split_prompts(...)
+      React prompt sets (a built-in set of a few dozen requests for CPU runs).
+  compile_rate(...), pairwise_win_rate(...), plot_compile_rate(...), plot_win_rates(...)
+      held-out evaluation (ABBA pairwise VLM protocol).
+Model-written code never runs in the calling process: Node workers only parse and bundle it, and
+Chromium renders it with the network blocked and time and memory limits.
+"""
+from botjax.rewards.react.extract import ExtractedCode, extract_component, line_spans
+from botjax.rewards.react.judges import (
+    ChatClient,
+    CodeJudge,
+    CodeVerdict,
+    JudgeConfig,
+    PairwiseJudge,
+    VLMJudge,
+    VLMVerdict,
+    parse_code_verdict,
+    parse_letter,
+    parse_line_analysis,
+    parse_vlm_verdict,
+)
+from botjax.rewards.react.penalties import (
+    LintWeights,
+    compile_line_penalties,
+    line_spans_of,
+    lint_line_penalties,
+    lint_score,
+    merge,
+    phi,
+    spread,
+)
+from botjax.rewards.react.render import Renderer, RenderResult, is_blank, page_html
+from botjax.rewards.react.reward import ReactReward, ReactRewardConfig, ReactScore
+from botjax.rewards.react.toolchain import (
+    ALLOWED_MODULES,
+    CompileResult,
+    Diagnostic,
+    LintMessage,
+    NodePool,
+    ToolchainError,
+    find_chromium,
+    find_node,
+)
+
+__all__ = [
+    "ALLOWED_MODULES", "ChatClient", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
+    "ExtractedCode", "JudgeConfig", "LintMessage", "LintWeights", "NodePool", "PairwiseJudge",
+    "ReactReward", "ReactRewardConfig", "ReactScore", "RenderResult", "Renderer",
+    "ToolchainError", "VLMJudge", "VLMVerdict", "compile_line_penalties", "extract_component",
+    "find_chromium", "find_node", "is_blank", "line_spans", "line_spans_of", "lint_line_penalties",
+    "lint_score", "merge", "page_html", "parse_code_verdict", "parse_letter",
+    "parse_line_analysis", "parse_vlm_verdict", "phi", "spread",
+]
