@@ -31,6 +31,7 @@ from botjax.data.loaders import (
     load_jsonl,
     load_parquet,
     load_records,
+    load_source,
     load_tfds,
     prepare_tfds,
     split_by_year,
@@ -49,7 +50,7 @@ from botjax.data.tokenizer import CHAT_TEMPLATE, build_tokenizer, chatml, task_c
 
 __all__ = [
     "AIME_1983_2024_FIELDS", "DataFormatError", "PromptDataset", "builtin_aime_sample",
-    "load_csv", "load_hf_dataset", "load_json", "load_jsonl", "load_parquet", "load_records",
+    "load_csv", "load_hf_dataset", "load_json", "load_jsonl", "load_parquet", "load_records", "load_source",
     "load_tfds", "prepare_tfds", "split_by_year", "split_random", "validate_record",
     "validate_records",
     "ARITHMETIC_TEMPLATE", "ArithmeticTask", "CHAT_TEMPLATE", "build_tokenizer", "chatml",

@@ -64,6 +64,11 @@ class ArithmeticTask:
   seed: int = 0
 
   def __post_init__(self):
+    # Lists are accepted and stored as tuples, so the config stays hashable (a static arg).
+    for name in ("num_ops", "operand_range", "ops"):
+      value = getattr(self, name)
+      if isinstance(value, list):
+        object.__setattr__(self, name, tuple(value))
     lo, hi = _pair(self.num_ops, "num_ops")
     if not 1 <= lo <= hi <= 8:
       raise ValueError(f"num_ops={self.num_ops!r}: need 1 <= lo <= hi <= 8, e.g. (1, 4)")
@@ -75,7 +80,7 @@ class ArithmeticTask:
     bad = [op for op in self.ops if op not in OPS]
     if bad:
       raise ValueError(f"ops={self.ops!r}: unknown operator(s) {bad}; valid operators are {OPS}")
-    if self.ops == ("/",) or set(self.ops) == {"/"}:
+    if set(self.ops) == {"/"}:
       raise ValueError(f"ops={self.ops!r}: division alone cannot always be exact; add + - or *")
     if self.max_abs_value < hi:
       raise ValueError(f"max_abs_value={self.max_abs_value} must be >= the largest operand {hi}")

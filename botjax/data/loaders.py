@@ -326,6 +326,40 @@ def load_tfds(data_dir: str | os.PathLike, split: str = "train") -> list[dict[st
   return _tfds_module().load(data_dir, split)
 
 
+def load_source(spec: str | os.PathLike, *, split: str = "train",
+                field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+  """Loads prompt records from a one-string source spec (for `--data=` flags).
+
+  Specs:
+    `builtin:aime_sample`   the bundled AIME-style sample (`builtin_aime_sample`);
+    `hf:<name>`             Hugging Face `datasets` (`load_hf_dataset(name, split)`);
+    `tfds:<data_dir>`       a dataset prepared by `prepare_tfds` (`load_tfds(data_dir, split)`);
+    anything else           a local file (`load_records`: .jsonl, .json, .parquet, .csv).
+
+  Args:
+    spec: the source.
+    split: split for `hf:` and `tfds:` sources (files and the builtin sample have one).
+    field_map: canonical field → column, for files and `hf:`.
+
+  Returns:
+    Validated records.
+  """
+  spec = os.fspath(spec)
+  if spec.startswith("builtin:"):
+    name = spec[len("builtin:"):]
+    if name != "aime_sample":
+      raise ValueError(f"unknown built-in source {spec!r}; available: ['builtin:aime_sample']")
+    return builtin_aime_sample()
+  if spec.startswith("hf:"):
+    return load_hf_dataset(spec[len("hf:"):], split, field_map=field_map)
+  if spec.startswith("tfds:"):
+    return load_tfds(spec[len("tfds:"):], split)
+  if not os.path.exists(spec):
+    raise FileNotFoundError(f"no file {spec!r}; a source is a local .jsonl/.json/.parquet/.csv "
+                            "file, builtin:aime_sample, hf:<dataset> or tfds:<data_dir>")
+  return load_records(spec, field_map=field_map)
+
+
 # -- Splits --------------------------------------------------------------------------------
 
 def split_by_year(records: Sequence[Mapping[str, Any]],

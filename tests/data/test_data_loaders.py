@@ -193,3 +193,13 @@ def test_tfds_array_record_round_trip(tmp_path):
   _write_jsonl(tmp_path / "bad.jsonl", [{"problem": "p"}])
   with pytest.raises(L.DataFormatError, match="bad.jsonl: line 1: missing required field"):
     L.prepare_tfds({"train": tmp_path / "bad.jsonl"}, tmp_path / "tfds_bad")
+
+
+def test_load_source_specs(tmp_path):
+  assert L.load_source("builtin:aime_sample") == L.builtin_aime_sample()
+  path = _write_jsonl(tmp_path / "p.jsonl", GOOD)
+  assert L.load_source(path) == L.load_records(path)
+  with pytest.raises(ValueError, match="unknown built-in source 'builtin:math'"):
+    L.load_source("builtin:math")
+  with pytest.raises(FileNotFoundError, match="no file 'nope.jsonl'; a source is"):
+    L.load_source("nope.jsonl")
