@@ -53,6 +53,13 @@ def _safe_div(num: Array, den: Array) -> Array:
   return num / jnp.where(den > 0.0, den, 1.0)
 
 
+def _group_varies(values: Array, valid: Array, group_ids: Array, num_groups: int) -> Array:
+  """[B] bool: the valid values of the row's group are not all equal."""
+  hi = ops.segment_max(values, group_ids, num_groups=num_groups, where=valid)
+  lo = ops.segment_min(values, group_ids, num_groups=num_groups, where=valid)
+  return ops.gather_groups(hi > lo, group_ids)
+
+
 def _token_mask(values: Array, mask) -> Array:
   mask = jnp.asarray(mask, dtype=jnp.bool_)
   chex.assert_rank(mask, 2)
@@ -106,7 +113,10 @@ def grpo(rewards, group_ids, *, num_groups: int, scale: str = "group", ddof: int
 
   count = ops.segment_count(group_ids, num_groups=num_groups, where=valid)   # [P]
   mean = ops.segment_mean(r, group_ids, num_groups=num_groups, where=valid)  # [P]
-  centred = jnp.where(valid, r - ops.gather_groups(mean, group_ids), 0.0)     # [B]
+  varies = _group_varies(r, valid, group_ids, num_groups)                     # [B]
+  # A constant group is centred to exactly 0: the rounded mean of equal values can differ
+  # from them by an ulp, which ε would not hide once divided by a std of the same size.
+  centred = jnp.where(valid & varies, r - ops.gather_groups(mean, group_ids), 0.0)  # [B]
   if scale == "group":
     sq = ops.segment_sum(centred * centred, group_ids, num_groups=num_groups)
     std_g = jnp.sqrt(sq / jnp.maximum(count - ddof, 1.0))
@@ -164,7 +174,8 @@ def rloo(rewards, group_ids, *, num_groups: int, row_mask=None) -> Array:
   total = ops.gather_groups(
       ops.segment_sum(jnp.where(valid, r, 0.0), group_ids, num_groups=num_groups), group_ids)
   baseline = (total - r) / jnp.maximum(count - 1.0, 1.0)
-  return jnp.where(valid & (count >= 2.0), r - baseline, 0.0)
+  varies = _group_varies(r, valid, group_ids, num_groups)   # constant group: exactly 0
+  return jnp.where(valid & varies & (count >= 2.0), r - baseline, 0.0)
 
 
 def reinforce_pp_baseline(rewards, mask, group_ids, *, num_groups: int, eps: float = 1e-8,
@@ -272,6 +283,12 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   inv_len = 1.0 / jnp.maximum(length, 1.0)
   nonempty = length > 0.0
   row_mean = jnp.sum(jnp.where(mask, r, 0.0), axis=-1) * inv_len   # [B], 0 for empty rows
+  # Row extremes (same pass over the tokens) flag constant groups, which get exactly 0.
+  row_max = jnp.max(jnp.where(mask, r, -jnp.inf), axis=-1)
+  row_min = jnp.min(jnp.where(mask, r, jnp.inf), axis=-1)
+  varies = ops.gather_groups(
+      ops.segment_max(row_max, group_ids, num_groups=num_groups)
+      > ops.segment_min(row_min, group_ids, num_groups=num_groups), group_ids)
   k = ops.segment_count(group_ids, num_groups=num_groups, where=nonempty)
   mean_g = ops.segment_sum(row_mean, group_ids, num_groups=num_groups) / jnp.maximum(k, 1.0)
   mean = ops.gather_groups(mean_g, group_ids)                      # [B]
@@ -280,7 +297,7 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   row_sq = jnp.sum(centred * centred, axis=-1) * inv_len           # [B]
   var_g = ops.segment_sum(row_sq, group_ids, num_groups=num_groups) / jnp.maximum(k, 1.0)
   denom = ops.gather_groups(jnp.sqrt(var_g), group_ids) + eps      # [B]
-  scale = 1.0 / jnp.where(denom > 0.0, denom, 1.0)
+  scale = jnp.where(varies, 1.0 / jnp.where(denom > 0.0, denom, 1.0), 0.0)
   return centred * scale[:, None]
 
 
@@ -352,11 +369,17 @@ def normalize_group_steps(step_values, step_mask, group_ids, *, num_groups: int,
   row_sum = jnp.sum(jnp.where(step_mask, x, 0.0), axis=-1)
   count = ops.segment_sum(row_count, group_ids, num_groups=num_groups)
   mean_g = ops.segment_sum(row_sum, group_ids, num_groups=num_groups) / jnp.maximum(count, 1.0)
+  hi = ops.segment_max(jnp.max(jnp.where(step_mask, x, -jnp.inf), axis=-1), group_ids,
+                       num_groups=num_groups)
+  lo = ops.segment_min(jnp.min(jnp.where(step_mask, x, jnp.inf), axis=-1), group_ids,
+                       num_groups=num_groups)
+  varies = ops.gather_groups(hi > lo, group_ids)     # constant group: exactly 0
   centred = jnp.where(step_mask, x - ops.gather_groups(mean_g, group_ids)[:, None], 0.0)
   sq = ops.segment_sum(jnp.sum(centred * centred, axis=-1), group_ids, num_groups=num_groups)
   std_g = jnp.sqrt(sq / jnp.maximum(count - ddof, 1.0))
   denom = ops.gather_groups(std_g, group_ids) + eps
-  return centred / jnp.where(denom > 0.0, denom, 1.0)[:, None]
+  scale = jnp.where(varies, 1.0 / jnp.where(denom > 0.0, denom, 1.0), 0.0)
+  return centred * scale[:, None]
 
 
 def process_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_groups: int,

@@ -1,0 +1,595 @@
+"""botjax.advantages against NumPy loop oracles written from the equations, plus properties.
+
+Each oracle below is a plain Python loop over rows, groups and tokens, written from the
+equations in ALGORITHMS.md, never a vectorised copy of the implementation. The random batches
+are ragged: empty completions, groups of one, constant groups, non-contiguous groups, an unused
+group id, holes in the mask and NaN padding.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from botjax import advantages as adv
+
+B, T, S, P = 12, 9, 4, 5
+# Non-contiguous groups: 0 and 1 interleave, group 3 is a singleton, group 4 is unused.
+GROUP_IDS = np.array([0, 1, 0, 2, 1, 0, 3, 1, 2, 0, 1, 2], np.int32)
+
+
+def both(fn, *static):
+  """The function eagerly and under jit (static keyword arguments named)."""
+  return [fn, jax.jit(fn, static_argnames=static)]
+
+
+def make_batch(seed, *, nan_padding=True):
+  rng = np.random.default_rng(seed)
+  rewards = rng.choice([0.0, 1.0, 0.5, -1.0], size=B).astype(np.float32)
+  rewards[GROUP_IDS == 2] = 0.5                        # a constant group
+  lengths = rng.integers(0, T + 1, size=B)
+  lengths[5] = 0                                       # an empty completion
+  lengths[0] = T                                       # a full-width one
+  mask = np.arange(T)[None, :] < lengths[:, None]
+  holes = rng.random((B, T)) < 0.15                    # e.g. tool tokens inside a completion
+  holes[:, 0] = False
+  mask &= ~holes
+  token_rewards = rng.normal(size=(B, T)).astype(np.float32)
+  if nan_padding:
+    token_rewards[~mask] = np.nan
+  step_mask = np.arange(S)[None, :] < rng.integers(0, S + 1, size=B)[:, None]
+  step_mask[5] = False
+  step_rewards = rng.uniform(-1, 1, size=(B, S)).astype(np.float32)
+  if nan_padding:
+    step_rewards[~step_mask] = np.nan
+  # Tokens split evenly into the row's steps; some tokens (-1) belong to no step.
+  token_step = np.full((B, T), -1, np.int32)
+  for i in range(B):
+    n_steps = int(step_mask[i].sum())
+    if n_steps:
+      token_step[i] = np.minimum(np.arange(T) * n_steps // T, n_steps - 1)
+      token_step[i, rng.random(T) < 0.1] = -1
+  return dict(rewards=rewards, mask=mask, token_rewards=token_rewards, step_rewards=step_rewards,
+              step_mask=step_mask, token_step=token_step, lengths=lengths)
+
+
+def members(i):
+  return [j for j in range(B) if GROUP_IDS[j] == GROUP_IDS[i]]
+
+
+# ------------------------------------------------------------------------------------------
+# Oracles
+# ------------------------------------------------------------------------------------------
+
+
+def grpo_oracle(r, scale="group", ddof=1, eps=1e-6):
+  out = np.zeros(B)
+  batch_mean = sum(r) / B
+  batch_std = math.sqrt(sum((x - batch_mean) ** 2 for x in r) / max(B - ddof, 1))
+  for i in range(B):
+    m = members(i)
+    if len(m) < 2:
+      continue
+    mu = sum(r[j] for j in m) / len(m)
+    if scale == "group":
+      std = math.sqrt(sum((r[j] - mu) ** 2 for j in m) / (len(m) - ddof))
+      out[i] = (r[i] - mu) / (std + eps)
+    elif scale == "batch":
+      out[i] = (r[i] - mu) / (batch_std + eps)
+    else:
+      out[i] = r[i] - mu
+  return out
+
+
+def rloo_oracle(r):
+  out = np.zeros(B)
+  for i in range(B):
+    others = [j for j in members(i) if j != i]
+    if others:
+      out[i] = r[i] - sum(r[j] for j in others) / len(others)
+  return out
+
+
+def bot_oracle(tr, mask, eps=1e-6):
+  out = np.zeros((B, T))
+  for i in range(B):
+    rows = [k for k in members(i) if mask[k].sum() > 0]
+    if mask[i].sum() == 0:
+      continue
+    toks = {k: [tr[k, t] for t in range(T) if mask[k, t]] for k in rows}
+    mu = sum(sum(toks[k]) / len(toks[k]) for k in rows) / len(rows)
+    var = sum(sum((x - mu) ** 2 for x in toks[k]) / len(toks[k]) for k in rows) / len(rows)
+    for t in range(T):
+      if mask[i, t]:
+        out[i, t] = (tr[i, t] - mu) / (math.sqrt(var) + eps)
+  return out
+
+
+def group_steps(values, step_mask, i):
+  return [values[k, j] for k in members(i) for j in range(S) if step_mask[k, j]]
+
+
+def process_oracle(sr, sm, ts, mask, eps=1e-6):
+  out = np.zeros((B, T))
+  for i in range(B):
+    pool = group_steps(sr, sm, i)
+    if not pool:
+      continue
+    mu = sum(pool) / len(pool)
+    std = math.sqrt(sum((x - mu) ** 2 for x in pool) / len(pool))
+    for t in range(T):
+      j = ts[i, t]
+      if mask[i, t] and j >= 0 and sm[i, j]:
+        out[i, t] = sum((sr[i, k] - mu) / (std + eps) for k in range(j, S) if sm[i, k])
+    # steps whose end >= t are exactly the steps k >= j of token t
+  return out
+
+
+def future_cumulated(sr, sm):
+  c = np.zeros((B, S))
+  for i in range(B):
+    for j in range(S):
+      c[i, j] = sum(sr[i, k] for k in range(j, S) if sm[i, k])
+  return c
+
+
+def step_return_oracle(sr, sm, ts, mask, eps=1e-6):
+  c = future_cumulated(sr, sm)
+  out = np.zeros((B, T))
+  for i in range(B):
+    pool = group_steps(c, sm, i)
+    if not pool:
+      continue
+    mu = sum(pool) / len(pool)
+    std = math.sqrt(sum((x - mu) ** 2 for x in pool) / len(pool))
+    for t in range(T):
+      j = ts[i, t]
+      if mask[i, t] and j >= 0 and sm[i, j]:
+        out[i, t] = (c[i, j] - mu) / (std + eps)
+  return out
+
+
+def min_form_oracle(sr, sm, temp):
+  out = np.zeros((B, S))
+  for i in range(B):
+    valid = [j for j in range(S) if sm[i, j]]
+    if not valid:
+      continue
+    lo = min(-sr[i, j] / temp for j in valid)
+    zs = {j: math.exp(-sr[i, j] / temp - lo) for j in valid}  # shift cancels in the ratio
+    total = sum(zs.values())
+    for j in valid:
+      out[i, j] = zs[j] / total * sr[i, j]
+  return out
+
+
+def verigate_oracle(v, sr, sm, ts, mask, eps=1e-6):
+  g = grpo_oracle(v)
+  prm = step_return_oracle(sr, sm, ts, mask, eps)
+  out = np.zeros((B, T))
+  for i in range(B):
+    vals = [v[j] for j in members(i)]
+    mixed = max(vals) != min(vals)
+    for t in range(T):
+      if not mask[i, t]:
+        continue
+      if mixed:
+        out[i, t] = g[i]
+      elif max(vals) < 0.5:
+        out[i, t] = prm[i, t]
+  return out
+
+
+# ------------------------------------------------------------------------------------------
+# Sequence-level estimators
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("ddof", [0, 1])
+@pytest.mark.parametrize("jit", [False, True])
+def test_grpo_matches_oracle(scale, ddof, jit):
+  fn = both(adv.grpo, "num_groups", "scale", "ddof", "eps")[jit]
+  for seed in range(3):
+    r = make_batch(seed)["rewards"]
+    got = fn(r, GROUP_IDS, num_groups=P, scale=scale, ddof=ddof)
+    np.testing.assert_allclose(got, grpo_oracle(r, scale, ddof), rtol=1e-5, atol=1e-6)
+    assert got[GROUP_IDS == 3][0] == 0.0                # group of one
+    assert np.all(np.asarray(got)[GROUP_IDS == 2] == 0.0)  # constant group
+
+
+def test_grpo_golden():
+  # Group {1, 0}: mean 0.5, Bessel std sqrt(0.5) = 0.7071 -> ±0.5/0.7071 = ±0.7071.
+  got = adv.grpo(jnp.array([1.0, 0.0]), jnp.array([0, 0]), num_groups=1)
+  np.testing.assert_allclose(got, [0.5 / (math.sqrt(0.5) + 1e-6), -0.5 / (math.sqrt(0.5) + 1e-6)])
+
+
+def test_grpo_row_mask_excludes_rows():
+  r = make_batch(0)["rewards"]
+  keep = np.ones(B, bool)
+  keep[[1, 2]] = False
+  got = adv.grpo(r, GROUP_IDS, num_groups=P, row_mask=keep)
+  sub = adv.grpo(r[keep], GROUP_IDS[keep], num_groups=P)
+  np.testing.assert_allclose(np.asarray(got)[keep], sub, rtol=1e-6)
+  assert np.all(np.asarray(got)[~keep] == 0.0)
+
+
+def test_grpo_bad_scale():
+  with pytest.raises(ValueError, match="group, batch, none"):
+    adv.grpo(jnp.zeros(2), jnp.zeros(2, jnp.int32), num_groups=1, scale="std")
+  with pytest.raises(ValueError, match="num_groups"):
+    adv.grpo(jnp.zeros(2), jnp.zeros(2, jnp.int32), num_groups=0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_rloo_matches_oracle(jit):
+  fn = both(adv.rloo, "num_groups")[jit]
+  for seed in range(3):
+    r = make_batch(seed)["rewards"]
+    np.testing.assert_allclose(fn(r, GROUP_IDS, num_groups=P), rloo_oracle(r), atol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_reinforce_pp_baseline_matches_oracle(jit):
+  fn = both(adv.reinforce_pp_baseline, "num_groups")[jit]
+  d = make_batch(1)
+  r, mask = d["rewards"], d["mask"]
+  centred = grpo_oracle(r, "none")
+  vals = [centred[i] for i in range(B) for t in range(T) if mask[i, t]]
+  mu = sum(vals) / len(vals)
+  var = sum((x - mu) ** 2 for x in vals) / (len(vals) - 1)
+  want = np.zeros((B, T))
+  for i in range(B):
+    for t in range(T):
+      if mask[i, t]:
+        want[i, t] = (centred[i] - mu) / math.sqrt(var + 1e-8)
+  np.testing.assert_allclose(fn(r, mask, GROUP_IDS, num_groups=P), want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# BoT-GRPO
+# ------------------------------------------------------------------------------------------
+
+
+def test_bot_token_rewards_eq4():
+  d = make_batch(2)
+  got = np.asarray(adv.bot_token_rewards(d["rewards"], d["token_rewards"], d["mask"],
+                                         w_global=3.0, w_local=0.5))
+  for i in range(B):
+    for t in range(T):
+      want = 3.0 * d["rewards"][i] + 0.5 * d["token_rewards"][i, t] if d["mask"][i, t] else 0.0
+      assert got[i, t] == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_bot_grpo_matches_oracle(jit):
+  fn = both(adv.bot_grpo, "num_groups", "eps")[jit]
+  for seed in range(4):
+    d = make_batch(seed)
+    got = np.asarray(fn(d["token_rewards"], d["mask"], GROUP_IDS, num_groups=P))
+    assert np.all(np.isfinite(got))
+    assert np.all(got[~d["mask"]] == 0.0)
+    np.testing.assert_allclose(got, bot_oracle(d["token_rewards"], d["mask"]), rtol=2e-5,
+                               atol=2e-5)
+
+
+def test_bot_grpo_constant_group_and_singleton():
+  mask = np.ones((3, 4), bool)
+  tr = np.full((3, 4), 2.0, np.float32)
+  out = adv.bot_grpo(tr, mask, jnp.array([0, 0, 1]), num_groups=2)
+  assert np.all(np.asarray(out) == 0.0)
+  # K = 1 with varying token rewards: statistics of its own tokens, so not zero.
+  tr1 = np.array([[1.0, 3.0]], np.float32)
+  out1 = adv.bot_grpo(tr1, np.ones((1, 2), bool), jnp.array([0]), num_groups=1)
+  np.testing.assert_allclose(out1, [[-1.0 / (1.0 + 1e-6), 1.0 / (1.0 + 1e-6)]], rtol=1e-6)
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1), k=st.sampled_from([2, 3]))
+def test_bot_grpo_length_invariance(seed, k):
+  # Repeating every token of every rollout k times leaves each token's advantage unchanged.
+  d = make_batch(seed)
+  base = np.asarray(adv.bot_grpo(d["token_rewards"], d["mask"], GROUP_IDS, num_groups=P))
+  rep = np.asarray(adv.bot_grpo(np.repeat(d["token_rewards"], k, axis=1),
+                                np.repeat(d["mask"], k, axis=1), GROUP_IDS, num_groups=P))
+  np.testing.assert_allclose(rep, np.repeat(base, k, axis=1), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1), w_g=st.floats(0.5, 4.0))
+def test_bot_grpo_reduces_to_population_grpo(seed, w_g):
+  d = make_batch(seed)
+  nonempty = d["mask"].sum(-1) > 0
+  tr = adv.bot_token_rewards(d["rewards"], np.zeros((B, T), np.float32), d["mask"],
+                             w_global=w_g, w_local=0.5)
+  got = np.asarray(adv.bot_grpo(tr, d["mask"], GROUP_IDS, num_groups=P))
+  g = np.asarray(adv.grpo(w_g * d["rewards"], GROUP_IDS, num_groups=P, ddof=0,
+                          row_mask=nonempty))
+  # A group whose only non-empty row is alone: GRPO gives 0 and so does BoT (constant tokens).
+  want = np.where(d["mask"], g[:, None], 0.0)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# Step-level estimators
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_process_grpo_matches_oracle(jit):
+  fn = both(adv.process_grpo, "num_groups", "eps")[jit]
+  for seed in range(3):
+    d = make_batch(seed)
+    got = np.asarray(fn(d["step_rewards"], d["step_mask"], d["token_step"], d["mask"],
+                        GROUP_IDS, num_groups=P, eps=1e-6))
+    want = process_oracle(d["step_rewards"], d["step_mask"], d["token_step"], d["mask"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    assert np.all(got[d["token_step"] == -1] == 0.0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_pure_min_form_matches_oracle(jit):
+  fn = both(adv.pure_min_form, "temperature")[jit]
+  for seed in range(3):
+    d = make_batch(seed)
+    for temp in (0.1, 1.0):
+      got = np.asarray(fn(d["step_rewards"], d["step_mask"], temperature=temp))
+      want = min_form_oracle(d["step_rewards"], d["step_mask"], temp)
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_pure_min_form_sum_tends_to_min(seed):
+  d = make_batch(seed)
+  sm = d["step_mask"]
+  errs = []
+  for temp in (1.0, 0.1, 0.01, 0.001):
+    total = np.asarray(adv.pure_min_form(d["step_rewards"], sm, temperature=temp)).sum(-1)
+    step_min = np.where(sm, np.nan_to_num(d["step_rewards"]), np.inf).min(-1)
+    err = np.abs(np.where(sm.any(-1), total - step_min, 0.0))
+    errs.append(err.max())
+  assert errs[-1] < 1e-2
+  assert errs[-1] <= errs[0] + 1e-6
+
+
+def test_pure_min_form_single_step_keeps_reward():
+  out = adv.pure_min_form(jnp.array([[0.3, 9.0]]), jnp.array([[True, False]]))
+  np.testing.assert_allclose(out, [[0.3, 0.0]], rtol=1e-6)
+  with pytest.raises(ValueError, match="temperature"):
+    adv.pure_min_form(jnp.zeros((1, 2)), jnp.ones((1, 2), bool), temperature=0.0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_step_return_and_pure_grpo_match_oracle(jit):
+  fn = both(adv.pure_grpo, "num_groups", "temperature")[jit]
+  for seed in range(3):
+    d = make_batch(seed)
+    got = adv.step_return_advantages(d["step_rewards"], d["step_mask"], d["token_step"],
+                                     d["mask"], GROUP_IDS, num_groups=P)
+    want = step_return_oracle(d["step_rewards"], d["step_mask"], d["token_step"], d["mask"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    # PURE: min-form, + outcome on the last valid step, then the same normalisation.
+    # (min-form is checked against its oracle above; start from its float32 output so that an
+    # ill-conditioned group, std ~1e-5, does not turn float64-vs-float32 rounding into misses)
+    r_star = np.asarray(adv.pure_min_form(d["step_rewards"], d["step_mask"]), np.float64)
+    for i in range(B):
+      valid = [j for j in range(S) if d["step_mask"][i, j]]
+      if valid:
+        r_star[i, valid[-1]] += 1.0 * d["rewards"][i]
+    want = step_return_oracle(r_star, d["step_mask"], d["token_step"], d["mask"])
+    got = fn(d["step_rewards"], d["step_mask"], d["token_step"], d["mask"], GROUP_IDS,
+             num_groups=P, temperature=0.1, outcome_rewards=d["rewards"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_verigate_matches_oracle(jit):
+  fn = both(adv.verigate, "num_groups", "eps")[jit]
+  for seed in range(4):
+    d = make_batch(seed)
+    v = (d["rewards"] > 0.6).astype(np.float32)
+    v[GROUP_IDS == 1] = 0.0                     # an all-wrong group
+    v[GROUP_IDS == 2] = 1.0                     # an all-right group
+    got = np.asarray(fn(v, d["step_rewards"], d["step_mask"], d["token_step"], d["mask"],
+                        GROUP_IDS, num_groups=P, eps=1e-6))
+    want = verigate_oracle(v, d["step_rewards"], d["step_mask"], d["token_step"], d["mask"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    assert np.all(got[GROUP_IDS == 2] == 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# ReCo, BPPO, DAPO
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_reco_response_weights_matches_oracle(jit):
+  fn = both(adv.reco_response_weights, "num_groups", "max_weight")[jit]
+  d = make_batch(3)
+  rng = np.random.default_rng(3)
+  old_logp = (-rng.exponential(0.7, size=(B, T))).astype(np.float32)
+  old_logp[~d["mask"]] = np.nan
+  got = np.asarray(fn(old_logp, d["mask"], GROUP_IDS, num_groups=P, max_weight=5.0))
+  for i in range(B):
+    toks = [old_logp[i, t] for t in range(T) if d["mask"][i, t]]
+    if not toks:
+      assert got[i] == 0.0
+      continue
+    want = min(1.0 / (len(members(i)) * math.exp(sum(toks) / len(toks))), 5.0)
+    assert got[i] == pytest.approx(want, rel=1e-5)
+
+
+def test_reco_weights_no_overflow():
+  out = adv.reco_response_weights(jnp.full((2, 3), -1e4), jnp.ones((2, 3), bool),
+                                  jnp.array([0, 0]), num_groups=1, max_weight=3.0)
+  np.testing.assert_allclose(out, [3.0, 3.0])
+
+
+def bppo_oracle(r, mask, frac, min_prefix):
+  out = np.zeros((B, T), bool)
+  for g in range(P):
+    rows = [i for i in range(B) if GROUP_IDS[i] == g and mask[i].sum() > 0]
+    corr = [i for i in rows if r[i] > 0.5]
+    wrong = [i for i in rows if r[i] <= 0.5]
+    if not corr or not wrong:
+      continue
+    for cls in (corr, wrong):
+      pick = min(cls, key=lambda i: (mask[i].sum(), i))
+      n = int(mask[pick].sum())
+      p = min(n, max(min_prefix, math.ceil(frac * n)))
+      seen = 0
+      for t in range(T):
+        if mask[pick, t]:
+          out[pick, t] = seen < p
+          seen += 1
+  return out
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("frac,min_prefix", [(0.5, 2), (0.25, 0), (1.0, 3), (0.75, 100)])
+def test_bppo_loss_mask_matches_oracle(jit, frac, min_prefix):
+  fn = both(adv.bppo_loss_mask, "num_groups", "prefix_fraction", "min_prefix")[jit]
+  for seed in range(4):
+    d = make_batch(seed)
+    r = (d["rewards"] > 0.6).astype(np.float32)
+    got = np.asarray(fn(r, d["mask"], GROUP_IDS, num_groups=P, prefix_fraction=frac,
+                        min_prefix=min_prefix))
+    np.testing.assert_array_equal(got, bppo_oracle(r, d["mask"], frac, min_prefix))
+
+
+def test_bppo_ties_lowest_index_and_degenerate():
+  mask = np.zeros((4, 6), bool)
+  mask[:, :4] = True
+  r = np.array([1.0, 1.0, 0.0, 0.0], np.float32)
+  got = np.asarray(adv.bppo_loss_mask(r, mask, np.array([0, 0, 0, 0]), num_groups=1,
+                                      prefix_fraction=0.5, min_prefix=1))
+  np.testing.assert_array_equal(got.any(-1), [True, False, True, False])
+  np.testing.assert_array_equal(got[0], [True, True, False, False, False, False])
+  allright = adv.bppo_loss_mask(np.ones(4, np.float32), mask, np.zeros(4, np.int32),
+                                num_groups=1)
+  assert not np.asarray(allright).any()
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_dapo_overlong_penalty(jit):
+  fn = both(adv.dapo_overlong_penalty, "max_length", "cache_length")[jit]
+  lengths = np.array([0, 100, 16384, 16385, 18432, 20480, 20481, 30000])
+  got = np.asarray(fn(lengths, max_length=20480, cache_length=4096))
+  want = []
+  for n in lengths:
+    if n <= 20480 - 4096:
+      want.append(0.0)
+    elif n <= 20480:
+      want.append(((20480 - 4096) - n) / 4096)
+    else:
+      want.append(-1.0)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert got[4] == pytest.approx(-0.5)                  # |y| = L_max − L_cache/2
+  with pytest.raises(ValueError, match="cache_length"):
+    adv.dapo_overlong_penalty(lengths, max_length=10, cache_length=0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_dynamic_sampling_keep(jit):
+  fn = both(adv.dynamic_sampling_keep, "num_groups")[jit]
+  for seed in range(3):
+    r = make_batch(seed)["rewards"]
+    got = np.asarray(fn(r, GROUP_IDS, num_groups=P))
+    want = [len({float(r[j]) for j in members(i)}) > 1 for i in range(B)]
+    np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------------------------------
+# Properties
+# ------------------------------------------------------------------------------------------
+
+TOKEN_ESTIMATORS = {
+    "bot_grpo": lambda d, ids: adv.bot_grpo(d["token_rewards"], d["mask"], ids, num_groups=P),
+    "process_grpo": lambda d, ids: adv.process_grpo(d["step_rewards"], d["step_mask"],
+                                                    d["token_step"], d["mask"], ids,
+                                                    num_groups=P),
+    "verigate": lambda d, ids: adv.verigate((d["rewards"] > 0.6).astype(np.float32),
+                                            d["step_rewards"], d["step_mask"], d["token_step"],
+                                            d["mask"], ids, num_groups=P),
+    "pure_grpo": lambda d, ids: adv.pure_grpo(d["step_rewards"], d["step_mask"],
+                                              d["token_step"], d["mask"], ids, num_groups=P,
+                                              outcome_rewards=d["rewards"]),
+    "reinforce_pp": lambda d, ids: adv.reinforce_pp_baseline(d["rewards"], d["mask"], ids,
+                                                             num_groups=P),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOKEN_ESTIMATORS))
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_masked_values_and_padding_never_matter(name, seed):
+  fn = TOKEN_ESTIMATORS[name]
+  d = make_batch(seed, nan_padding=True)
+  base = np.asarray(fn(d, GROUP_IDS))
+  assert np.all(np.isfinite(base))
+  assert np.all(base[~d["mask"]] == 0.0)
+  rng = np.random.default_rng(seed)
+  e = dict(d)
+  e["token_rewards"] = np.where(d["mask"], d["token_rewards"], rng.normal(size=(B, T)) * 1e3)
+  e["step_rewards"] = np.where(d["step_mask"], d["step_rewards"], rng.normal(size=(B, S)) * 1e3)
+  # Extra padding columns (unscored tokens, invalid steps) change nothing either.
+  pad = 3
+  e["token_rewards"] = np.pad(e["token_rewards"], ((0, 0), (0, pad)), constant_values=7.0)
+  e["mask"] = np.pad(d["mask"], ((0, 0), (0, pad)))
+  e["token_step"] = np.pad(d["token_step"], ((0, 0), (0, pad)), constant_values=0)
+  e["step_rewards"] = np.pad(e["step_rewards"], ((0, 0), (0, pad)), constant_values=5.0)
+  e["step_mask"] = np.pad(d["step_mask"], ((0, 0), (0, pad)))
+  other = np.asarray(fn(e, GROUP_IDS))
+  np.testing.assert_allclose(other[:, :T], base, rtol=1e-5, atol=1e-5)
+  assert np.all(other[:, T:] == 0.0)
+
+
+@pytest.mark.parametrize("name", sorted(TOKEN_ESTIMATORS))
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_permuting_rows_permutes_outputs(name, seed):
+  fn = TOKEN_ESTIMATORS[name]
+  d = make_batch(seed)
+  perm = np.random.default_rng(seed).permutation(B)
+  e = {k: v[perm] for k, v in d.items()}
+  np.testing.assert_allclose(np.asarray(fn(e, GROUP_IDS[perm])),
+                             np.asarray(fn(d, GROUP_IDS))[perm], rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31 - 1), a=st.floats(0.5, 20.0), b=st.floats(-10.0, 10.0))
+def test_grpo_affine_invariance_and_dr_grpo_shift_only(seed, a, b):
+  r = make_batch(seed)["rewards"]
+  base = np.asarray(adv.grpo(r, GROUP_IDS, num_groups=P))
+  moved = np.asarray(adv.grpo(a * r + b, GROUP_IDS, num_groups=P))
+  np.testing.assert_allclose(moved, base, rtol=1e-3, atol=1e-3)   # equal up to eps
+  dr = np.asarray(adv.dr_grpo(r, GROUP_IDS, num_groups=P))
+  np.testing.assert_allclose(np.asarray(adv.dr_grpo(r + b, GROUP_IDS, num_groups=P)), dr,
+                             atol=1e-4)
+  np.testing.assert_allclose(np.asarray(adv.dr_grpo(a * r, GROUP_IDS, num_groups=P)), a * dr,
+                             rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_rloo_sums_to_zero_per_group(seed):
+  r = np.random.default_rng(seed).normal(size=B).astype(np.float32)
+  out = np.asarray(adv.rloo(r, GROUP_IDS, num_groups=P))
+  for g in range(P):
+    assert abs(out[GROUP_IDS == g].sum()) < 1e-5
+
+
+@pytest.mark.parametrize("name", sorted(TOKEN_ESTIMATORS))
+def test_gradient_free_estimators_are_finite_on_degenerate_batches(name):
+  # Every row empty, no steps, all groups constant: everything is 0, nothing is NaN.
+  d = make_batch(0)
+  d["mask"] = np.zeros((B, T), bool)
+  d["step_mask"] = np.zeros((B, S), bool)
+  d["rewards"] = np.ones(B, np.float32)
+  out = np.asarray(TOKEN_ESTIMATORS[name](d, GROUP_IDS))
+  assert np.all(out == 0.0)
