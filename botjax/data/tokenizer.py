@@ -29,7 +29,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from botjax.data import arithmetic, templates
+from botjax.data import arithmetic, loaders, templates
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>")
 TAG_TOKENS = ("<step", "</step>", "<final>", "</final>")
@@ -78,6 +78,16 @@ def _records_corpus(records: Iterable[Mapping[str, Any]], template: str) -> list
   return texts
 
 
+def default_aime_corpus() -> list[str]:
+  """The built-in AIME-style sample as chats (math template prompt, worked solution)."""
+  texts = []
+  for record in loaders.builtin_aime_sample():
+    texts.append(chatml([
+        {"role": "user", "content": templates.format_prompt(record, templates.MATH_TEMPLATE)},
+        {"role": "assistant", "content": record["solution"]}]))
+  return texts
+
+
 def _pipeline_tokenizer():
   """An untrained `tokenizers.Tokenizer` with `Qwen2Tokenizer`'s exact pipeline."""
   from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
@@ -113,7 +123,8 @@ def build_tokenizer(out_dir: str | os.PathLike,
       `chat_template.jinja`); created if missing.
     corpus_or_task: an `ArithmeticTask` (its prompts and worked solutions, see `task_corpus`);
       an iterable of strings (used as is); an iterable of records with `problem` and `answer`
-      (templated prompts plus `<final>` answers); or None for `ArithmeticTask()`.
+      (templated prompts plus `<final>` answers); or None for `ArithmeticTask()` plus the
+      built-in AIME-style sample with the math template (`default_aime_corpus`).
     vocab_size: upper bound on the vocabulary, specials and tags included; must be at least
       264 (8 added tokens + 256 bytes). Fewer entries result when the corpus has too few
       frequent pairs; read `len(tokenizer)` for the real size.
@@ -135,8 +146,9 @@ def build_tokenizer(out_dir: str | os.PathLike,
                      f"({num_added} special/tag tokens + {_NUM_BYTES} byte symbols)")
   template = templates.TEMPLATES.get(template, template)
   if corpus_or_task is None:
-    corpus_or_task = arithmetic.ArithmeticTask()
-  if isinstance(corpus_or_task, arithmetic.ArithmeticTask):
+    texts = task_corpus(arithmetic.ArithmeticTask(), num_problems, template=template)
+    texts += default_aime_corpus()
+  elif isinstance(corpus_or_task, arithmetic.ArithmeticTask):
     texts = task_corpus(corpus_or_task, num_problems, template=template)
   elif isinstance(corpus_or_task, str):
     raise TypeError("corpus_or_task is a single string; pass a list of texts, records or an "

@@ -127,3 +127,14 @@ def test_tokens_of_arithmetic_solutions_are_short(tok_dir):
     lengths.append(len(auto(ar.imperfect_solution(r, rng, 0.5))["input_ids"]))
   # About 12 tokens per step (tags, digits, operator) plus the final: a 4-step answer < 80.
   assert max(lengths) < 80
+
+
+def test_default_corpus_covers_the_math_template(tmp_path):
+  from botjax.data import loaders
+  tok = tk.build_tokenizer(tmp_path)
+  assert len(tok) == 512
+  record = loaders.builtin_aime_sample()[0]
+  prompt = templates.format_prompt(record, templates.MATH_TEMPLATE)
+  # Learned merges cover the template's words: well under one token per 2 characters.
+  assert len(tok(prompt)["input_ids"]) < len(prompt) / 3
+  assert tok.decode(tok(record["solution"])["input_ids"]) == record["solution"]
