@@ -10,6 +10,16 @@ Entry points:
 Model-written code never runs in the calling process: Node workers only parse and bundle it, and
 Chromium renders it with the network blocked and time and memory limits.
 """
+from botjax.rewards.react.evaluate import (
+    abba_outcome,
+    compile_rate,
+    evaluate_compile_rate,
+    pairwise_win_rate,
+    plot_compile_rate,
+    plot_win_rates,
+    save_json,
+    win_rate,
+)
 from botjax.rewards.react.extract import ExtractedCode, extract_component, line_spans
 from botjax.rewards.react.judges import (
     ChatClient,
@@ -34,6 +44,17 @@ from botjax.rewards.react.penalties import (
     phi,
     spread,
 )
+from botjax.rewards.react.prompts import (
+    SYSTEM_PROMPT,
+    ReactPrompt,
+    builtin_prompts,
+    chat_messages,
+    load_hf_prompts,
+    load_prompts,
+    load_prompts_jsonl,
+    split_prompts,
+    validate_prompts,
+)
 from botjax.rewards.react.render import Renderer, RenderResult, is_blank, page_html
 from botjax.rewards.react.reward import ReactReward, ReactRewardConfig, ReactScore
 from botjax.rewards.react.toolchain import (
@@ -48,6 +69,10 @@ from botjax.rewards.react.toolchain import (
 )
 
 __all__ = [
+    "SYSTEM_PROMPT", "ReactPrompt", "abba_outcome", "builtin_prompts", "chat_messages",
+    "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
+    "load_prompts_jsonl", "pairwise_win_rate", "plot_compile_rate", "plot_win_rates", "save_json",
+    "split_prompts", "validate_prompts", "win_rate",
     "ALLOWED_MODULES", "ChatClient", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
     "ExtractedCode", "JudgeConfig", "LintMessage", "LintWeights", "NodePool", "PairwiseJudge",
     "ReactReward", "ReactRewardConfig", "ReactScore", "RenderResult", "Renderer",
