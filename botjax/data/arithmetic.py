@@ -48,7 +48,7 @@ class ArithmeticTask:
 
   Attributes:
     num_ops: inclusive range (lo, hi) of the number of operations per problem, 1 ≤ lo ≤ hi ≤ 8
-      (the quick-start uses 1–4); the count is drawn uniformly.
+      (e.g. (1, 4)); the count is drawn uniformly.
     operand_range: inclusive range (lo, hi) of the operands, 0 ≤ lo ≤ hi. Operands are never
       negative (so the text never shows `3 - -2`); intermediate values may be.
     ops: operators to draw from, a non-empty subset of `+ - * /`. Division is only drawn when it
