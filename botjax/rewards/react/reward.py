@@ -131,12 +131,23 @@ class ReactReward:
   """
 
   def __init__(self, config: ReactRewardConfig = ReactRewardConfig(), *,
-               code_judge: CodeJudge | None = None, vlm_judge: VLMJudge | None = None):
+               code_judge: CodeJudge | None = None, vlm_judge: VLMJudge | None = None,
+               pool: NodePool | None = None, renderer: Renderer | None = None):
+    """Args:
+      config: weights and sandbox settings.
+      code_judge: the LLM code judge (None: no judge component, no judge line penalties).
+      vlm_judge: the VLM screenshot judge (None: no vlm component).
+      pool: a Node pool to share (then its own settings apply and `close` leaves it running);
+        None starts one from `config` on first use.
+      renderer: a Renderer to share, likewise.
+    """
     self.config = config
     self.code_judge = code_judge
     self.vlm_judge = vlm_judge
-    self._pool: NodePool | None = None
-    self._renderer: Renderer | None = None
+    self._pool: NodePool | None = pool
+    self._renderer: Renderer | None = renderer
+    self._owns_pool = pool is None
+    self._owns_renderer = renderer is None
     self._judge_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="botjax-rj")
     self.__name__ = "react"
 
@@ -269,12 +280,11 @@ class ReactReward:
   def close(self) -> None:
     """Stops the Node workers and the browser."""
     self._judge_pool.shutdown(wait=True)
-    if self._renderer is not None:
+    if self._renderer is not None and self._owns_renderer:
       self._renderer.close()
-      self._renderer = None
-    if self._pool is not None:
+    if self._pool is not None and self._owns_pool:
       self._pool.close()
-      self._pool = None
+    self._renderer = self._pool = None
 
   def __enter__(self) -> ReactReward:
     return self
