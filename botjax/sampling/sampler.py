@@ -167,6 +167,7 @@ class Sampler:
     self._batch_shards = 1
     if mesh is not None:
       self._batch_shards = math.prod(mesh.shape.get(a, 1) for a in _BATCH_AXES)
+    self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
     self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"))
 
   # -- host side ---------------------------------------------------------------------------
@@ -265,9 +266,10 @@ class Sampler:
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               np.int32(max_new))
       with jax.set_mesh(self.mesh):
-        out = self._generate_jit(*args, n=n, gen_len=tb)
+        out, steps = self._generate_jit(*args, n=n, gen_len=tb)
     else:
-      out = self._generate_jit(*args, n=n, gen_len=tb)
+      out, steps = self._generate_jit(*args, n=n, gen_len=tb)
+    self.last_num_steps = steps
     if pb != num:
       out = jax.tree.map(lambda x: x[:num * n], out)
       out = out.replace(num_groups=num)
@@ -276,8 +278,8 @@ class Sampler:
   # -- device side -------------------------------------------------------------------------
 
   def _generate_impl(self, params, prompt_ids, prompt_mask, active, stop_ids, key, max_new,
-                     *, n: int, gen_len: int) -> SampleOutput:
-    """Prefill + decode loop (traced once per bucket)."""
+                     *, n: int, gen_len: int) -> tuple[SampleOutput, jax.Array]:
+    """Prefill + decode loop (traced once per bucket); also returns the steps taken."""
     cfg = self.config
     model = nnx.merge(self.graphdef, params)
     num, lp = prompt_ids.shape
@@ -338,11 +340,12 @@ class Sampler:
               lengths + live.astype(jnp.int32))
 
     carry = (jnp.int32(1), cache, tok, tokens, logp, done, stopped, lengths)
-    _, _, _, tokens, logp, _, stopped, lengths = jax.lax.while_loop(cond, body, carry)
+    steps, _, _, tokens, logp, _, stopped, lengths = jax.lax.while_loop(cond, body, carry)
 
     mask = jnp.arange(gen_len, dtype=jnp.int32)[None, :] < lengths[:, None]
-    return SampleOutput(
+    out = SampleOutput(
         prompt_ids=rep(prompt_ids), prompt_mask=rep(prompt_mask), tokens=tokens, mask=mask,
         logp=logp, lengths=lengths,
         finish_reason=jnp.where(stopped, FINISH_STOP, FINISH_LENGTH).astype(jnp.int32),
         group_ids=(jnp.arange(rows, dtype=jnp.int32) // n), num_groups=num)
+    return out, steps

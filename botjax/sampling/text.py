@@ -14,6 +14,8 @@ from typing import Any
 
 import jax
 import numpy as np
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 from botjax.sampling.sampler import SampleOutput, Sampler
 
@@ -21,30 +23,19 @@ Message = Mapping[str, str]
 Prompt = str | Sequence[Message]
 
 
-def _backend(tokenizer: Any):
+def _backend(tokenizer: Any) -> Tokenizer | None:
   """The Rust `tokenizers.Tokenizer` behind a tokenizer, or None for pure-Python tokenizers."""
-  try:
-    from tokenizers import Tokenizer
-  except ImportError:  # tokenizers is a dependency of transformers; keep the slow path working
-    return None
   if isinstance(tokenizer, Tokenizer):
     return tokenizer
   backend = getattr(tokenizer, "backend_tokenizer", None)
   return backend if isinstance(backend, Tokenizer) else None
 
 
-def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
-  backend = _backend(tokenizer)
-  if backend is not None:
-    return backend.decode(list(ids), skip_special_tokens=False)
-  return tokenizer.decode(list(ids), skip_special_tokens=False)
-
-
 def decode_with_offsets(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
   """Decodes token ids and returns, for each token, the span of text it produced.
 
-  Tokens are decoded incrementally (`tokenizers.decoders.DecodeStream` for fast tokenizers, a
-  prefix re-decode otherwise), so `text = c₀ + c₁ + …` where cᵢ is the new text after token i and
+  Tokens are decoded incrementally with `tokenizers.decoders.DecodeStream`, so
+  `text = c₀ + c₁ + …` where cᵢ is the new text after token i and
   `offsets[i] = (len(c₀…cᵢ₋₁), len(c₀…cᵢ))`. Tokens that hold only part of a multi-byte character
   produce no text on their own; all tokens that complete a chunk of text share that chunk's span,
   so the first character of each token's span is the first character it helped to write. Special
@@ -74,27 +65,20 @@ def decode_with_offsets(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[t
       offsets[j] = (start, length)
     pending.clear()
 
-  if backend is not None:
-    from tokenizers.decoders import DecodeStream
-    stream = DecodeStream(skip_special_tokens=False)
-    for i, token in enumerate(ids):
-      offsets.append((length, length))
-      chunk = stream.step(backend, token)
-      if chunk is None:
-        pending.append(i)
-      else:
-        emit(chunk, i)
-  else:
-    for i in range(len(ids)):
-      offsets.append((length, length))
-      prefix = tokenizer.decode(ids[:i + 1], skip_special_tokens=False)
-      if prefix.endswith("\ufffd") or not prefix.startswith("".join(pieces)):
-        pending.append(i)
-      else:
-        emit(prefix[length:], i)
+  if backend is None:
+    raise TypeError(f"{type(tokenizer).__name__} has no Rust `tokenizers` backend; pass a fast "
+                    "tokenizer (transformers TokenizersBackend) or a tokenizers.Tokenizer")
+  stream = DecodeStream(skip_special_tokens=False)
+  for i, token in enumerate(ids):
+    offsets.append((length, length))
+    chunk = stream.step(backend, token)
+    if chunk is None:
+      pending.append(i)
+    else:
+      emit(chunk, i)
   if pending:                      # the text ends inside a character: take what decode() gives
     text = "".join(pieces)
-    full = _decode(tokenizer, ids)
+    full = backend.decode(ids, skip_special_tokens=False)
     tail = full[len(text):] if full.startswith(text) else ""
     emit(tail, pending.pop())
   return "".join(pieces), offsets
