@@ -1,0 +1,69 @@
+"""A loopback HTTP server speaking the OpenAI chat-completions protocol, for judge tests.
+
+`responder(request_json) -> str | (status, body)` decides each reply; every request body is kept
+in `requests` so tests can check what the judge sent (text parts, image parts).
+"""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class OpenAIServer:
+
+  def __init__(self, responder):
+    self.responder = responder
+    self.requests = []
+    self._lock = threading.Lock()
+    server = self
+
+    class Handler(BaseHTTPRequestHandler):
+
+      def log_message(self, *args):
+        pass
+
+      def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with server._lock:
+          server.requests.append({"path": self.path, "body": body,
+                                  "auth": self.headers.get("Authorization")})
+        out = server.responder(body)
+        status, payload = (out if isinstance(out, tuple) else (200, None))
+        if payload is None:
+          payload = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0,
+                     "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": out}}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    self._thread.start()
+
+  def close(self):
+    self.httpd.shutdown()
+    self.httpd.server_close()
+
+
+def texts(body):
+  """All text of a chat request (string contents and text parts)."""
+  out = []
+  for msg in body["messages"]:
+    content = msg["content"]
+    if isinstance(content, str):
+      out.append(content)
+    else:
+      out.extend(p["text"] for p in content if p["type"] == "text")
+  return "\n".join(out)
+
+
+def images(body):
+  """The data URLs of every image part of a chat request, in order."""
+  return [p["image_url"]["url"] for msg in body["messages"] if not isinstance(msg["content"], str)
+          for p in msg["content"] if p["type"] == "image_url"]
