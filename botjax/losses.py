@@ -63,8 +63,7 @@ def _mask_like(x: Array, mask) -> Array:
 def _token_advantages(advantages, shape) -> Array:
   """[B] or [B, T] advantages as a stop-gradient [B, T] array."""
   a = jax.lax.stop_gradient(_f32(advantages))
-  if a.ndim == 1:
-    chex.assert_shape(a, (shape[0],))
+  if a.ndim == 1 and a.shape[0] == shape[0]:
     return jnp.broadcast_to(a[:, None], shape)
   if a.shape != tuple(shape):
     raise ValueError(f"advantages must have shape [B] = ({shape[0]},) or [B, T] = {tuple(shape)},"

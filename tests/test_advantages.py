@@ -508,19 +508,21 @@ def test_dynamic_sampling_keep(jit):
 # Properties
 # ------------------------------------------------------------------------------------------
 
-TOKEN_ESTIMATORS = {
-    "bot_grpo": lambda d, ids: adv.bot_grpo(d["token_rewards"], d["mask"], ids, num_groups=P),
-    "process_grpo": lambda d, ids: adv.process_grpo(d["step_rewards"], d["step_mask"],
-                                                    d["token_step"], d["mask"], ids,
-                                                    num_groups=P),
-    "verigate": lambda d, ids: adv.verigate((d["rewards"] > 0.6).astype(np.float32),
-                                            d["step_rewards"], d["step_mask"], d["token_step"],
-                                            d["mask"], ids, num_groups=P),
-    "pure_grpo": lambda d, ids: adv.pure_grpo(d["step_rewards"], d["step_mask"],
-                                              d["token_step"], d["mask"], ids, num_groups=P,
-                                              outcome_rewards=d["rewards"]),
-    "reinforce_pp": lambda d, ids: adv.reinforce_pp_baseline(d["rewards"], d["mask"], ids,
-                                                             num_groups=P),
+_J = {name: jax.jit(getattr(adv, name), static_argnames="num_groups")
+      for name in ("bot_grpo", "process_grpo", "verigate", "pure_grpo", "reinforce_pp_baseline")}
+TOKEN_ESTIMATORS = {   # jitted: the properties reuse one compilation per shape
+    "bot_grpo": lambda d, ids: _J["bot_grpo"](d["token_rewards"], d["mask"], ids, num_groups=P),
+    "process_grpo": lambda d, ids: _J["process_grpo"](d["step_rewards"], d["step_mask"],
+                                                      d["token_step"], d["mask"], ids,
+                                                      num_groups=P),
+    "verigate": lambda d, ids: _J["verigate"]((d["rewards"] > 0.6).astype(np.float32),
+                                              d["step_rewards"], d["step_mask"], d["token_step"],
+                                              d["mask"], ids, num_groups=P),
+    "pure_grpo": lambda d, ids: _J["pure_grpo"](d["step_rewards"], d["step_mask"],
+                                                d["token_step"], d["mask"], ids, num_groups=P,
+                                                outcome_rewards=d["rewards"]),
+    "reinforce_pp": lambda d, ids: _J["reinforce_pp_baseline"](d["rewards"], d["mask"], ids,
+                                                               num_groups=P),
 }
 
 

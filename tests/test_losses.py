@@ -1,0 +1,345 @@
+"""botjax.losses against NumPy loop oracles, plus gradient and aggregation properties."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from botjax import advantages as adv
+from botjax import losses
+
+B, T, V = 10, 7, 11
+MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_norm"]
+
+
+def both(fn, *static):
+  return [fn, jax.jit(fn, static_argnames=static)]
+
+
+def make(seed, *, nan_padding=True, off_policy=0.3):
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(0, T + 1, size=B)
+  lengths[2] = 0
+  lengths[0] = T
+  mask = np.arange(T)[None, :] < lengths[:, None]
+  mask[4, 1] = False if lengths[4] > 2 else mask[4, 1]       # a hole
+  old = (-rng.exponential(1.0, size=(B, T))).astype(np.float32)
+  logp = (old + off_policy * rng.normal(size=(B, T))).astype(np.float32)
+  logp = np.minimum(logp, -1e-3).astype(np.float32)
+  ref = (old + 0.5 * rng.normal(size=(B, T))).astype(np.float32)
+  a_seq = rng.normal(size=B).astype(np.float32)
+  a_tok = rng.normal(size=(B, T)).astype(np.float32)
+  if nan_padding:
+    for x in (old, logp, ref, a_tok):
+      x[~mask] = np.nan
+  return dict(mask=mask, old=old, logp=logp, ref=ref, a_seq=a_seq, a_tok=a_tok)
+
+
+def ppo_oracle(lp, old, a, mask, el, eh, dual=None):
+  out = np.zeros((B, T))
+  clipped = np.zeros((B, T))
+  for i in range(B):
+    for t in range(T):
+      if not mask[i, t]:
+        continue
+      ai = a[i] if a.ndim == 1 else a[i, t]
+      rho = math.exp(min(max(float(lp[i, t]) - float(old[i, t]), -20.0), 20.0))
+      l1, l2 = -rho * ai, -min(max(rho, 1 - el), 1 + eh) * ai
+      loss = max(l1, l2)
+      clipped[i, t] = float(l2 > l1)
+      if dual is not None and ai < 0:
+        loss = min(loss, -dual * ai)
+      out[i, t] = loss
+  return out, clipped
+
+
+def agg_oracle(x, mask, mode, norm=None):
+  rows = [[x[i, t] for t in range(T) if mask[i, t]] for i in range(B)]
+  nonempty = [r for r in rows if r]
+  if mode == "token_mean":
+    return sum(sum(r) for r in rows), sum(len(r) for r in rows)
+  if mode == "seq_mean_token_mean":
+    return sum(sum(r) / len(r) for r in nonempty), len(nonempty)
+  if mode == "seq_mean_token_sum":
+    return sum(sum(r) for r in nonempty), len(nonempty)
+  return sum(sum(r) for r in rows) / norm, B
+
+
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_kl_matches_oracle(kind, jit):
+  fn = both(losses.kl, "kind")[jit]
+  d = make(0)
+  got = np.asarray(fn(d["logp"], d["ref"], kind=kind, mask=d["mask"]))
+  for i in range(B):
+    for t in range(T):
+      if not d["mask"][i, t]:
+        assert got[i, t] == 0.0
+        continue
+      lp, rf = float(d["logp"][i, t]), float(d["ref"][i, t])
+      want = {"k1": lp - rf, "k2": 0.5 * (lp - rf) ** 2,
+              "k3": math.exp(rf - lp) - (rf - lp) - 1}[kind]
+      assert got[i, t] == pytest.approx(want, rel=1e-5, abs=1e-6)
+
+
+def test_kl_k3_clamped_and_bad_kind():
+  out = losses.kl(jnp.array([[0.0]]), jnp.array([[100.0]]), kind="k3")
+  assert float(out[0, 0]) == 10.0                      # clamped like verl low_var_kl
+  with pytest.raises(ValueError, match="k1, k2, k3"):
+    losses.kl(jnp.zeros((1, 1)), jnp.zeros((1, 1)), kind="k4")
+
+
+@pytest.mark.parametrize("adv_kind", ["a_seq", "a_tok"])
+@pytest.mark.parametrize("clip", [(0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 3.0)])
+@pytest.mark.parametrize("jit", [False, True])
+def test_clipped_surrogate_matches_oracle(adv_kind, clip, jit):
+  el, eh, dual = clip
+  fn = both(losses.clipped_surrogate, "eps_low", "eps_high", "dual_clip")[jit]
+  for seed in range(2):
+    d = make(seed, off_policy=0.4)
+    a = d[adv_kind]
+    got, metrics = fn(d["logp"], d["old"], a, d["mask"], eps_low=el, eps_high=eh,
+                      dual_clip=dual)
+    want, clipped = ppo_oracle(d["logp"], d["old"], a, d["mask"], el, eh, dual)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(metrics["clipped"], clipped)
+    assert np.all(np.asarray(metrics["ratio"])[~d["mask"]] == 0.0)
+    assert np.asarray(metrics["clipped"]).sum() > 0     # the case exercises clipping
+
+
+def test_clipped_surrogate_rejects_bad_args():
+  z = jnp.zeros((2, 3))
+  with pytest.raises(ValueError, match="dual_clip"):
+    losses.clipped_surrogate(z, z, jnp.zeros(2), jnp.ones((2, 3), bool), dual_clip=0.5)
+  with pytest.raises(ValueError, match="advantages"):
+    losses.clipped_surrogate(z, z, jnp.zeros((3,)), jnp.ones((2, 3), bool))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("jit", [False, True])
+def test_aggregate_matches_oracle(mode, jit):
+  fn = both(losses.aggregate, "mode", "norm")[jit]
+  d = make(1)
+  x = np.where(d["mask"], d["a_tok"], np.nan)
+  norm = 16.0 if mode == "seq_sum_norm" else None
+  num, den = fn(x, d["mask"], mode=mode, norm=norm)
+  want_num, want_den = agg_oracle(x, d["mask"], mode, norm)
+  assert float(num) == pytest.approx(want_num, rel=1e-5, abs=1e-6)
+  assert float(den) == want_den
+
+
+def test_aggregate_accepts_enum_and_rejects_unknown():
+  m = jnp.ones((2, 3), bool)
+  x = jnp.arange(6.0).reshape(2, 3)
+  assert losses.aggregate(x, m, mode=losses.AggMode.TOKEN_MEAN) == losses.aggregate(
+      x, m, mode="token_mean")
+  with pytest.raises(ValueError, match="seq_mean_token_mean"):
+    losses.aggregate(x, m, mode="sum")
+  with pytest.raises(ValueError, match="norm"):
+    losses.aggregate(x, m, mode="seq_sum_norm")
+  with pytest.raises(ValueError, match="norm"):
+    losses.aggregate(x, m, mode="token_mean", norm=3.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1), cut=st.integers(1, B - 1))
+def test_microbatched_aggregation_equals_whole_batch(mode, seed, cut):
+  d = make(seed)
+  # Quarter-integers: every partial sum is exact in float32, so equality is exact.
+  x = np.round(np.nan_to_num(d["a_tok"]) * 4) / 4
+  norm = 8.0 if mode == "seq_sum_norm" else None
+  num, den = losses.aggregate(x, d["mask"], mode=mode, norm=norm)
+  parts = [losses.aggregate(x[s], d["mask"][s], mode=mode, norm=norm)
+           for s in (slice(0, cut), slice(cut, B))]
+  if mode != "seq_mean_token_mean":   # (its per-row 1/L_i is not exact in binary)
+    assert float(sum(p[0] for p in parts)) == float(num)
+  assert float(sum(p[1] for p in parts)) == float(den)
+  # With arbitrary floats the sums agree to rounding.
+  y = np.nan_to_num(d["a_tok"])
+  num, den = losses.aggregate(y, d["mask"], mode=mode, norm=norm)
+  parts = [losses.aggregate(y[s], d["mask"][s], mode=mode, norm=norm)
+           for s in (slice(0, cut), slice(cut, B))]
+  np.testing.assert_allclose(sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1),
+                             num / max(den, 1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_on_policy_gradient_is_minus_advantage(mode, seed):
+  d = make(seed, nan_padding=False, off_policy=0.0)
+  lp = jnp.asarray(d["old"])
+  mask = d["mask"]
+  a = d["a_tok"]
+  norm = 5.0 if mode == "seq_sum_norm" else None
+
+  def total(logp):
+    per_tok, _ = losses.clipped_surrogate(logp, d["old"], a, mask)
+    return losses.aggregate_mean(per_tok, mask, mode=mode, norm=norm)
+
+  g = np.asarray(jax.grad(total)(lp))
+  length = mask.sum(-1)
+  want = np.zeros((B, T))
+  for i in range(B):
+    for t in range(T):
+      if not mask[i, t]:
+        continue
+      if mode == "token_mean":
+        w = 1.0 / mask.sum()
+      elif mode == "seq_mean_token_mean":
+        w = 1.0 / length[i] / (length > 0).sum()
+      elif mode == "seq_mean_token_sum":
+        w = 1.0 / (length > 0).sum()
+      else:
+        w = 1.0 / norm / B
+      want[i, t] = -a[i, t] * w
+  np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("surrogate", ["clip", "gspo", "gspo_token", "reco"])
+def test_gradients_finite_with_nan_padding_and_fully_masked_rows(surrogate):
+  d = make(3)
+  mask = d["mask"].copy()
+  mask[5] = False                                     # a fully masked row
+  for x in (d["logp"], d["old"], d["ref"], d["a_tok"]):
+    x[~mask] = np.nan
+
+  def total(logp):
+    if surrogate == "clip":
+      per_tok, _ = losses.clipped_surrogate(logp, d["old"], d["a_tok"], mask, dual_clip=3.0)
+    elif surrogate == "gspo":
+      per_tok, _ = losses.gspo_surrogate(logp, d["old"], d["a_seq"], mask)
+    elif surrogate == "gspo_token":
+      per_tok, _ = losses.gspo_surrogate(logp, d["old"], d["a_tok"], mask)
+    else:
+      per_tok, _ = losses.reco_surrogate(logp, d["old"], d["a_tok"], mask,
+                                         seq_weights=jnp.ones(B))
+    per_tok = per_tok + 0.1 * losses.kl(logp, d["ref"], kind="k3", mask=mask)
+    return losses.aggregate_mean(per_tok, mask, mode="seq_mean_token_mean")
+
+  val, g = jax.value_and_grad(total)(jnp.asarray(d["logp"]))
+  assert np.isfinite(float(val))
+  g = np.asarray(g)
+  assert np.all(np.isfinite(g))
+  assert np.all(g[~mask] == 0.0)
+  assert np.abs(g[mask]).sum() > 0
+
+
+def gspo_oracle(lp, old, a, mask, el, eh):
+  out = np.zeros((B, T))
+  for i in range(B):
+    toks = [t for t in range(T) if mask[i, t]]
+    log_s = sum(float(lp[i, t]) - float(old[i, t]) for t in toks) / max(len(toks), 1)
+    s = math.exp(min(max(log_s, -20.0), 10.0))
+    for t in toks:
+      ai = a[i] if a.ndim == 1 else a[i, t]
+      out[i, t] = max(-s * ai, -min(max(s, 1 - el), 1 + eh) * ai)
+  return out
+
+
+@pytest.mark.parametrize("adv_kind", ["a_seq", "a_tok"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_gspo_matches_oracle(adv_kind, jit):
+  fn = both(losses.gspo_surrogate, "eps_low", "eps_high")[jit]
+  for seed in range(2):
+    d = make(seed, off_policy=0.002)
+    got, metrics = fn(d["logp"], d["old"], d[adv_kind], d["mask"])
+    want = gspo_oracle(d["logp"], d["old"], d[adv_kind], d["mask"], 3e-4, 4e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert np.asarray(metrics["clipped"]).sum() > 0
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1), off=st.sampled_from([0.0, 1e-4, 0.01]))
+def test_gspo_token_with_constant_advantage_equals_gspo(seed, off):
+  d = make(seed, nan_padding=False, off_policy=off)
+  a_seq = d["a_seq"]
+  a_tok = np.broadcast_to(a_seq[:, None], (B, T)).copy()
+
+  def total(logp, a):
+    per_tok, _ = losses.gspo_surrogate(logp, d["old"], a, d["mask"])
+    return losses.aggregate_mean(per_tok, d["mask"], mode="seq_mean_token_mean")
+
+  lp = jnp.asarray(d["logp"])
+  v1, g1 = jax.value_and_grad(total)(lp, a_seq)
+  v2, g2 = jax.value_and_grad(total)(lp, a_tok)
+  np.testing.assert_allclose(v1, v2, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-7)
+  # Eq. 10 (unclipped at off = 0): ∇ = −(1/B') s_i A_i / L_i on every scored token.
+  if off == 0.0:
+    length = d["mask"].sum(-1)
+    want = np.where(d["mask"], -a_seq[:, None] / np.maximum(length, 1)[:, None]
+                    / (length > 0).sum(), 0.0)
+    np.testing.assert_allclose(g1, want, rtol=1e-5, atol=1e-7)
+
+
+def test_reco_surrogate_value_gradient_and_clip():
+  d = make(4, nan_padding=False, off_policy=0.0)
+  w = np.linspace(0.5, 2.0, B).astype(np.float32)
+  a = d["a_tok"]
+
+  def total(logp):
+    per_tok, _ = losses.reco_surrogate(logp, d["old"], a, d["mask"], seq_weights=w)
+    return losses.aggregate(per_tok, d["mask"], mode="token_mean")[0]
+
+  lp = jnp.asarray(d["old"])
+  g = np.asarray(jax.grad(total)(lp))
+  # On-policy r_var = 1: ∇ = −w_i A_{i,t} on scored tokens (token sum).
+  np.testing.assert_allclose(g, np.where(d["mask"], -w[:, None] * a, 0.0), rtol=1e-5,
+                             atol=1e-6)
+  # Off-policy: loop oracle of the coefficient and its clip mask.
+  d = make(5, nan_padding=False, off_policy=0.5)
+  per_tok, metrics = losses.reco_surrogate(d["logp"], d["old"], d["a_tok"], d["mask"],
+                                           seq_weights=w, eps_low=0.2, eps_high=0.2)
+  for i in range(B):
+    for t in range(T):
+      if not d["mask"][i, t]:
+        continue
+      p = min(max(math.exp(float(d["logp"][i, t])), 1e-5), 1 - 1e-5)
+      q = min(max(math.exp(float(d["old"][i, t])), 1e-5), 1 - 1e-5)
+      r = p * (1 - p) / (q * (1 - q))
+      at = float(d["a_tok"][i, t])
+      cut = (at > 0 and r > 1.2) or (at < 0 and r < 0.8)
+      assert float(metrics["clipped"][i, t]) == float(cut)
+      assert float(per_tok[i, t]) == pytest.approx(0.0 if cut else -w[i] * r * at, rel=1e-4,
+                                                   abs=1e-6)
+  assert np.asarray(metrics["clipped"]).sum() > 0
+
+
+def test_dr_grpo_all_equal_rewards_gives_exactly_zero_loss():
+  d = make(6, nan_padding=False, off_policy=0.3)
+  ids = np.arange(B) % 3
+  rewards = np.full(B, 0.7, np.float32)
+  a = adv.grpo(rewards, ids, num_groups=3, scale="none")
+  per_tok, _ = losses.clipped_surrogate(d["logp"], d["old"], a, d["mask"])
+  num, den = losses.aggregate(per_tok, d["mask"], mode="seq_sum_norm", norm=100.0)
+  assert float(num) == 0.0 and float(den) == B
+  g = jax.grad(lambda lp: losses.aggregate(losses.clipped_surrogate(
+      lp, d["old"], a, d["mask"])[0], d["mask"], mode="seq_sum_norm", norm=100.0)[0])(
+          jnp.asarray(d["logp"]))
+  assert np.all(np.asarray(g) == 0.0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_entropy_from_logits_matches_oracle(jit):
+  fn = both(losses.entropy_from_logits)[jit]
+  rng = np.random.default_rng(0)
+  logits = (3 * rng.normal(size=(4, 3, V))).astype(np.float32)
+  logits[0, 0, :5] = -np.inf                           # masked vocabulary entries
+  got = np.asarray(fn(logits))
+  for idx in np.ndindex(4, 3):
+    z = [float(v) for v in logits[idx]]
+    zmax = max(z)
+    e = [math.exp(v - zmax) for v in z]
+    tot = sum(e)
+    want = -sum((x / tot) * math.log(x / tot) for x in e if x > 0)
+    assert got[idx] == pytest.approx(want, rel=1e-5, abs=1e-6)
+  assert float(fn(jnp.zeros((V,)))) == pytest.approx(math.log(V), rel=1e-6)
