@@ -192,12 +192,13 @@ class ExactArithmeticJudge(StepJudge):
   gets the same flip, and distinct solutions get independent flips.
 
   Args:
-    division: "floor" (Python //), "trunc" (toward zero) or "exact" (a remainder is wrong).
+    division: "exact" (the arithmetic task: a remainder is wrong), "floor" (Python //) or
+      "trunc" (toward zero).
     noise: flip probability p ∈ [0, 1] (the judge-noise ablation).
     seed: seed of the noise.
   """
 
-  def __init__(self, *, division: str = "floor", noise: float = 0.0, seed: int = 0,
+  def __init__(self, *, division: str = "exact", noise: float = 0.0, seed: int = 0,
                max_consecutive_failures: int = 32):
     super().__init__(max_consecutive_failures=max_consecutive_failures)
     if division not in _DIVISIONS:
@@ -431,6 +432,10 @@ class LocalModelJudge(StepJudge):
       else:
         out.append(1 if p >= self.correct_at else -1 if p <= self.incorrect_at else 0)
     return out
+
+  def __repr__(self):
+    return (f"LocalModelJudge(score_fn={getattr(self.score_fn, '__name__', self.score_fn)!r}, "
+            f"correct_at={self.correct_at}, incorrect_at={self.incorrect_at})")
 
   @classmethod
   def from_model(cls, model, encode: Callable[[str], Sequence[int]], *, yes_id: int, no_id: int,

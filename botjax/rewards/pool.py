@@ -35,15 +35,16 @@ from botjax.rewards.base import (RewardFn, RewardResult, RewardUnavailable, call
                                  check_batch, combine)
 
 _KINDS = ("thread", "process", "inline")
+_READY = "ready"
 _COUNTERS = ("items", "failures", "timeouts", "exceptions", "nonfinite", "worker_restarts")
 
 
 def _score_item(fn: RewardFn, prompt: str, completion: str, meta: Mapping[str, Any]):
-  """Runs fn on one item: ("ok", result) or ("error", message) or ("fatal", message)."""
+  """Runs fn on one item: ("ok", result), ("error", message) or ("fatal", the exception)."""
   try:
     return "ok", call_reward_fn(fn, [prompt], [completion], [meta])[0]
   except RewardUnavailable as e:
-    return "fatal", f"{type(e).__name__}: {e}"
+    return "fatal", e
   except Exception as e:  # a reward function may raise anything; the run must go on
     last = traceback.extract_tb(e.__traceback__)[-1:]
     where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
@@ -51,7 +52,9 @@ def _score_item(fn: RewardFn, prompt: str, completion: str, meta: Mapping[str, A
 
 
 def _process_worker_main(conn, fn) -> None:
-  """Loop of a process worker: receive (idx, prompt, completion, meta), send (idx, status, value)."""
+  """Loop of a process worker: say "ready" once `fn` is unpickled (its imports done), then receive
+  (idx, prompt, completion, meta) and send (idx, status, value)."""
+  conn.send(_READY)
   while True:
     try:
       task = conn.recv()
@@ -64,11 +67,16 @@ def _process_worker_main(conn, fn) -> None:
     try:
       conn.send((idx, status, value))
     except Exception as e:  # an unpicklable result must not kill the worker
-      conn.send((idx, "error", f"result could not be sent back: {type(e).__name__}: {e}"))
+      if status == "fatal":
+        conn.send((idx, status, f"{type(value).__name__}: {value}"))
+      else:
+        conn.send((idx, "error", f"result could not be sent back: {type(e).__name__}: {e}"))
 
 
 class _ThreadWorker:
   """A daemon thread fed through its own inbox; answers go to the pool's shared queue."""
+
+  ready = True
 
   def __init__(self, fn, outbox: queue.Queue, token: int):
     self.token = token
@@ -92,13 +100,15 @@ class _ThreadWorker:
 
 
 class _ProcessWorker:
-  """A worker process reached through a duplex pipe."""
+  """A worker process reached through a duplex pipe; `ready` once it has loaded `fn`."""
 
   def __init__(self, ctx, fn):
     self.conn, child = ctx.Pipe()
     self.proc = ctx.Process(target=_process_worker_main, args=(child, fn), daemon=True)
     self.proc.start()
     child.close()
+    self.ready = False
+    self.started = time.monotonic()
 
   def submit(self, task) -> None:
     self.conn.send(task)
@@ -131,6 +141,8 @@ class RewardPool:
     kind: "process", "thread" or "inline" (see the module docstring).
     weights: per-name weights when `fns` is a mapping.
     mp_context: multiprocessing start method for kind="process" ("spawn", "forkserver", "fork").
+    startup_timeout_s: how long a new worker process may take to import and load `fn` (not
+      counted against any item's timeout; a worker that takes longer raises RuntimeError).
 
   Metrics (`metrics()`, cumulative since `reset_metrics()`): items, failures (= timeouts +
   exceptions + nonfinite), timeouts, exceptions (including dead workers), nonfinite,
@@ -139,7 +151,8 @@ class RewardPool:
 
   def __init__(self, fns: RewardFn | Mapping[str, RewardFn], *, num_workers: int = 4,
                timeout_s: float = 10.0, fallback_reward: float = 0.0, kind: str = "thread",
-               weights: Mapping[str, float] | None = None, mp_context: str = "spawn"):
+               weights: Mapping[str, float] | None = None, mp_context: str = "spawn",
+               startup_timeout_s: float = 120.0):
     if kind not in _KINDS:
       raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
     if int(num_workers) < 1:
@@ -159,6 +172,7 @@ class RewardPool:
     self.timeout_s = float(timeout_s)
     self.fallback_reward = float(fallback_reward)
     self.kind = kind
+    self.startup_timeout_s = float(startup_timeout_s)
     self._ctx = multiprocessing.get_context(mp_context) if kind == "process" else None
     self._workers: list = []
     self._outbox: queue.Queue = queue.Queue()
@@ -210,7 +224,7 @@ class RewardPool:
 
   def _accept(self, status: str, value) -> RewardResult:
     if status == "fatal":
-      raise RewardUnavailable(value)
+      raise value if isinstance(value, RewardUnavailable) else RewardUnavailable(value)
     if status in ("error", "dead"):
       return self._fallback("exceptions", value)
     if not value.is_finite():
@@ -239,12 +253,15 @@ class RewardPool:
     running: dict[int, tuple[int, float]] = {}  # worker slot -> (item index, deadline)
     try:
       while pending or running:
-        for slot in range(len(self._workers)):
-          if slot not in running and pending:
+        for slot, worker in enumerate(self._workers):
+          if slot not in running and pending and worker.ready:
             idx = pending.popleft()
-            self._workers[slot].submit((idx, *items[idx]))
+            worker.submit((idx, *items[idx]))
             running[slot] = (idx, time.monotonic() + self.timeout_s)
-        wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
+        # Sleep until the first deadline, or (nothing running: every idle worker is starting)
+        # until a worker reports ready.
+        wait_s = self.startup_timeout_s if not running else max(
+            0.0, min(d for _, d in running.values()) - time.monotonic())
         for slot, status, value in self._wait(running, wait_s):
           idx, _ = running.pop(slot)
           results[idx] = self._accept(status, value)
@@ -256,6 +273,10 @@ class RewardPool:
             del running[slot]
             results[idx] = self._fallback("timeouts", f"timed out after {self.timeout_s:g} s")
             self._replace(slot)
+        for worker in self._workers:
+          if not worker.ready and now - worker.started > self.startup_timeout_s:
+            raise RuntimeError(f"a reward worker process did not start within "
+                               f"{self.startup_timeout_s:g} s (startup_timeout_s)")
     except BaseException:
       # RewardUnavailable or KeyboardInterrupt: do not leave busy workers behind.
       for slot in running:
@@ -282,17 +303,22 @@ class RewardPool:
         slot = by_token.get(token)
         if slot is not None and running.get(slot, (None,))[0] == idx:
           answers.append((slot, status, value))
-    conns = {self._workers[s].conn: s for s in running}
+    watched = [s for s, w in enumerate(self._workers) if s in running or not w.ready]
+    conns = {self._workers[s].conn: s for s in watched}
     answers = []
     for conn in multiprocessing.connection.wait(list(conns), timeout=wait_s):
       slot = conns[conn]
+      worker = self._workers[slot]
       try:
-        idx, status, value = conn.recv()
+        message = conn.recv()
       except (EOFError, OSError):
-        code = self._workers[slot].proc.exitcode
-        answers.append((slot, "dead", f"worker process died (exit code {code})"))
+        if slot not in running:
+          raise RuntimeError(f"a reward worker process exited while starting (exit code "
+                             f"{worker.proc.exitcode}); can `fn` be unpickled in a new process?")
+        answers.append((slot, "dead", f"worker process died (exit code {worker.proc.exitcode})"))
         continue
-      if running[slot][0] == idx:
-        answers.append((slot, status, value))
+      if message == _READY:
+        worker.ready = True
+      elif running[slot][0] == message[0]:
+        answers.append((slot, *message[1:]))
     return answers
-

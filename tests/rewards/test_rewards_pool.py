@@ -44,14 +44,13 @@ def _check_batch(results, fallback):
 def test_failures_fall_back_and_are_counted(kind):
   with RewardPool(SCORER, num_workers=2, timeout_s=1.0, fallback_reward=-0.5, kind=kind) as pool:
     n = len(BATCH)
-    if kind == "process":  # warm the spawned workers so start-up time is not counted as a hang
-      pool(["p"] * 2, ["a", "b"], [{}] * 2)
     start = time.monotonic()
     results = pool(["p"] * n, BATCH, [{}] * n)
     elapsed = time.monotonic() - start
     _check_batch(results, -0.5)
-    # The hung item costs one timeout, not the 30 s it sleeps (generous bound for a loaded CPU).
-    assert elapsed < 6.0, elapsed
+    # The hung item costs one timeout, not the 30 s it sleeps (a generous bound for a loaded CPU
+    # that also covers spawning two worker processes, which the item timeouts do not count).
+    assert elapsed < 15.0, elapsed
     m = pool.metrics()
     assert (m["failures"], m["timeouts"], m["exceptions"], m["nonfinite"]) == (3, 1, 1, 1)
     assert m["worker_restarts"] == 1
