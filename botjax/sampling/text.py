@@ -168,7 +168,8 @@ def decode_completions(tokenizer: Any, output: SampleOutput,
 
 def generate_text(sampler: Sampler, tokenizer: Any, prompts: Sequence[Prompt], key: jax.Array,
                   *, n: int = 1, max_new_tokens: int | None = None, params: Any = None,
-                  chat_template: bool | None = None) -> TextSamples:
+                  chat_template: bool | None = None,
+                  stop_token_ids: Sequence[Sequence[int]] | None = None) -> TextSamples:
   """Generates `n` completions per prompt from strings or chat messages.
 
   Args:
@@ -180,10 +181,12 @@ def generate_text(sampler: Sampler, tokenizer: Any, prompts: Sequence[Prompt], k
     max_new_tokens: overrides `SamplingConfig.max_new_tokens` for this call.
     params: model parameters to sample with (default: the sampler's current ones).
     chat_template: see `encode_prompts`.
+    stop_token_ids: optional P lists of extra stop ids, one per prompt (see `Sampler.generate`).
 
   Returns:
     `TextSamples` with B = P·n rows, rows of prompt p adjacent, `group_ids = p`.
   """
   ids, texts = encode_prompts(tokenizer, prompts, chat_template=chat_template)
-  output = sampler.generate(ids, key, n=n, max_new_tokens=max_new_tokens, params=params)
+  output = sampler.generate(ids, key, n=n, max_new_tokens=max_new_tokens, params=params,
+                            stop_token_ids=stop_token_ids)
   return decode_completions(tokenizer, output, texts)
