@@ -195,20 +195,29 @@ def test_local_model_judge_runs_a_botjax_model():
 
   from botjax.models import Decoder, get_config
 
-  model = Decoder(get_config("tiny"), rngs=nnx.Rngs(0))
+  import jax
+
+  # Random weights put straight into the abstract model (the module's own init is slow here).
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(get_config("tiny"), rngs=nnx.Rngs(0))))
+  rng = np.random.default_rng(0)
+  state = jax.tree.map(lambda s: jnp.asarray(0.5 * rng.normal(size=s.shape), s.dtype), state)
+  model = nnx.merge(graphdef, state)
   encode = lambda s: list(s.encode("utf-8"))  # bytes are ids < 256 of the tiny 512-token vocab
   yes, no = ord("y"), ord("n")
   render = lambda r: f"{r.problem}\n{r.unit[0]}\nok?"
   judge = LocalModelJudge.from_model(model, encode, yes_id=yes, no_id=no, bucket=16,
                                      correct_at=0.5001, incorrect_at=0.4999, render=render)
   reqs = [JudgeRequest(problem="2+2", steps=(s,), first=0, last=1) for s in ("2 + 2 = 4", "2 + 2 = 5")]
-  probs = judge.score_fn([render(r) for r in reqs])
+  texts = [render(r) for r in reqs]
+  assert len(texts[0]) == len(texts[1])  # one unpadded oracle shape, one compile
+  probs = judge.score_fn(texts)
   # Oracle: each text alone, unpadded, straight through the model.
-  for text, p in zip([render(r) for r in reqs], probs):
+  forward = nnx.jit(lambda m, ids, pos: m(ids, pos)[0][0, -1])
+  for text, p in zip(texts, probs):
     ids = jnp.asarray([encode(text)], jnp.int32)
-    logits, _ = model(ids, jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :])
-    last = np.asarray(logits[0, -1])
+    last = np.asarray(forward(model, ids, jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]))
     expected = 1.0 / (1.0 + np.exp(last[no] - last[yes]))
     np.testing.assert_allclose(p, expected, atol=1e-5)
   expected_verdicts = [1 if p >= 0.5001 else -1 if p <= 0.4999 else 0 for p in probs]
   assert judge.judge(reqs) == expected_verdicts
+  assert judge.metrics()["judge_failures"] == 0
