@@ -294,7 +294,8 @@ class Renderer:
     async with self._sem:
       browser = await self._ensure_browser()
       t0 = time.monotonic()
-      state = {"console": 0, "errors": [], "network": [], "crashed": False}
+      state = {"console": 0, "errors": [], "network": [], "crashed": False,
+               "navigated": asyncio.Event()}
       context = None
       try:
         context = await browser.new_context(
@@ -307,10 +308,7 @@ class Renderer:
         page.on("console", lambda msg: self._on_console(msg, state))
         page.on("pageerror", lambda err: self._note_error(state, f"page error: {err}"))
         page.on("crash", lambda _: state.__setitem__("crashed", True))
-        result = await asyncio.wait_for(self._drive(page, html, state),
-                                        timeout=self.timeout_s)
-      except asyncio.TimeoutError:
-        result = RenderResult(ok=False, error=f"time limit of {self.timeout_s:g} s exceeded")
+        result = await self._race(page, html, state)
       except Exception as e:  # noqa: BLE001 - a crashed page/browser is an item failure
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if state["crashed"] or "crash" in msg.lower():
@@ -326,10 +324,30 @@ class Renderer:
                                  console_count=state["console"],
                                  seconds=time.monotonic() - t0)
 
+  async def _race(self, page, html: str, state) -> RenderResult:
+    """Runs `_drive` under the time limit; a navigation attempt ends the item at once (an aborted
+    navigation replaces the page with an error page, so the mount status would never arrive)."""
+    drive = asyncio.ensure_future(self._drive(page, html, state))
+    nav = asyncio.ensure_future(state["navigated"].wait())
+    done, _ = await asyncio.wait({drive, nav}, timeout=self.timeout_s,
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if drive in done:
+      nav.cancel()
+      return drive.result()
+    for task in (drive, nav):
+      task.cancel()
+    await asyncio.gather(drive, nav, return_exceptions=True)
+    if nav in done:
+      return RenderResult(ok=False, error="network access blocked: navigation to "
+                          + state["network"][-1].split(" ", 1)[-1])
+    return RenderResult(ok=False, error=f"time limit of {self.timeout_s:g} s exceeded")
+
   async def _block(self, route, state) -> None:
     req = route.request
     if req.resource_type in _NETWORK_TYPES:
       state["network"].append(f"{req.resource_type} {req.url[:200]}")
+    if req.is_navigation_request():
+      state["navigated"].set()
     try:
       await route.abort("blockedbyclient")
     except Exception:  # noqa: BLE001 - the page may be gone already
