@@ -55,7 +55,8 @@ class Decoder(nnx.Module):
     self.config = cfg
     self.dtype = dtype
     d, v = cfg.hidden_size, cfg.vocab_size
-    self.embed = _param(rngs, (v, d), ("vocab", "embed"), param_dtype)
+    # HF's initializer_range: a near-uniform initial policy when the embedding is tied.
+    self.embed = _param(rngs, (v, d), ("vocab", "embed"), param_dtype, fan_in=2500)
     self.layers = nnx.List([Block(cfg, i, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
                             for i in range(cfg.num_layers)])
     self.final_norm = RMSNorm(d, eps=cfg.rms_norm_eps, rngs=rngs, param_dtype=param_dtype)
