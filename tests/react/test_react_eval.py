@@ -1,0 +1,102 @@
+"""React prompt sets, compile rate, JSON results and the Figure 1/2 style plots."""
+import json
+
+import pytest
+from PIL import Image
+
+from botjax.rewards.base import RewardResult
+from botjax.rewards.react import evaluate as ev
+from botjax.rewards.react import prompts as pr
+from botjax.rewards.react.render import RenderResult
+from botjax.rewards.react.reward import ReactScore
+from botjax.rewards.react.toolchain import CompileResult
+
+
+def test_builtin_prompt_set():
+  ps = pr.builtin_prompts()
+  assert len(ps) == 44 and len({p.id for p in ps}) == 44
+  assert {p.category for p in ps} == {"forms", "dashboards", "games", "landing", "utilities",
+                                      "data", "commerce", "interactive"}
+  assert all(len(p.prompt) > 40 for p in ps)
+  assert pr.load_prompts() == ps
+  msgs = pr.chat_messages(ps[0])
+  assert msgs[0]["role"] == "system" and "tsx" in msgs[0]["content"]
+  assert msgs[1] == {"role": "user", "content": ps[0].prompt}
+
+
+def test_split_is_deterministic_and_stable():
+  ps = pr.builtin_prompts()
+  train, test = pr.split_prompts(ps, test_fraction=0.2)
+  assert sorted(p.id for p in train + test) == sorted(p.id for p in ps)
+  assert not {p.id for p in train} & {p.id for p in test}
+  assert 4 <= len(test) <= 16
+  assert pr.split_prompts(ps, test_fraction=0.2) == (train, test)
+  # adding prompts never moves old ones
+  more = ps + [pr.ReactPrompt(id=f"extra-{i}", prompt="A clock widget.") for i in range(10)]
+  test2 = pr.split_prompts(more, test_fraction=0.2)[1]
+  assert [p for p in test2 if not p.id.startswith("extra")] == test
+  assert pr.split_prompts(ps, test_fraction=0.0)[1] == []
+  with pytest.raises(ValueError, match="test_fraction"):
+    pr.split_prompts(ps, test_fraction=1.5)
+
+
+def test_jsonl_loading_and_errors(tmp_path):
+  good = tmp_path / "p.jsonl"
+  good.write_text('{"id": "a", "prompt": "A clock."}\n\n{"id": 2, "prompt": "A timer.", '
+                  '"category": "utilities"}\n')
+  assert pr.load_prompts(good) == [pr.ReactPrompt("a", "A clock."),
+                                   pr.ReactPrompt("2", "A timer.", "utilities")]
+  cases = [('{"id": "a"}\n', "missing field"), ('{"id": "a", "prompt": ""}\n', "non-empty"),
+           ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "repeats id 'a'"),
+           ('{"id": "a", "prompt": "x"\n', ":1: not valid JSON"),
+           ('{"id": "a", "prompt": "x", "category": 3}\n', "category")]
+  for i, (text, message) in enumerate(cases):
+    path = tmp_path / f"bad{i}.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+      pr.load_prompts_jsonl(path)
+  js = tmp_path / "p.json"
+  js.write_text(json.dumps([{"id": "x", "prompt": "A form."}]))
+  assert pr.load_prompts(js) == [pr.ReactPrompt("x", "A form.")]
+  js.write_text(json.dumps({"id": "x"}))
+  with pytest.raises(ValueError, match="JSON list"):
+    pr.load_prompts(js)
+
+
+def test_hf_loader_reads_a_local_dataset(tmp_path):
+  rows = [{"instruction": f"Build widget {i}.", "uid": f"w{i}", "kind": "misc"} for i in range(5)]
+  (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  ps = pr.load_hf_prompts(str(tmp_path), prompt_field="instruction", id_field="uid",
+                          category_field="kind", limit=3)
+  assert ps == [pr.ReactPrompt(f"w{i}", f"Build widget {i}.", "misc") for i in range(3)]
+  ps = pr.load_prompts(str(tmp_path), prompt_fn=lambda r: r["instruction"].upper())
+  assert ps[4] == pr.ReactPrompt("train-4", "BUILD WIDGET 4.")
+  with pytest.raises(ValueError, match="no column 'prompt'"):
+    pr.load_hf_prompts(str(tmp_path))
+
+
+def _score(compiled_ok, rendered_ok):
+  comp = CompileResult(ok=compiled_ok)
+  rend = RenderResult(ok=rendered_ok) if compiled_ok else None
+  return ReactScore(RewardResult(reward=0.0), None, comp, rend, None, None, {})
+
+
+def test_compile_rate():
+  items = [_score(True, True), _score(True, False), _score(False, False), _score(True, True)]
+  assert ev.compile_rate(items) == 0.5
+  assert ev.compile_rate([True, False, False, False]) == 0.25
+  assert ev.compile_rate([]) == 0.0
+
+
+def test_json_and_plots(tmp_path):
+  runs = {"BoT-GRPO": [(0, 0.1), (20, 0.6), (40, 0.85)], "GRPO": [(0, 0.1), (40, 0.5), (20, 0.3)]}
+  wr = {"vs GRPO": ev.win_rate([1.0, 1.0, 0.5, 0.0]), "vs DAPO": ev.win_rate([1.0, 0.5])}
+  ev.save_json({"compile": runs, "win": wr}, tmp_path / "out" / "eval.json")
+  back = json.loads((tmp_path / "out" / "eval.json").read_text())
+  assert back["win"]["vs GRPO"]["win_rate"] == 0.625 and back["compile"]["GRPO"][2] == [20, 0.3]
+  ev.plot_compile_rate(runs, tmp_path / "fig1.png")
+  ev.plot_win_rates(wr, tmp_path / "fig2.png")
+  for name in ("fig1.png", "fig2.png"):
+    with Image.open(tmp_path / name) as img:
+      assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 300
+      assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 10  # something was drawn
