@@ -1,0 +1,202 @@
+"""OpenAIStepJudge against a real HTTP server on 127.0.0.1 speaking the chat-completions protocol.
+
+The server grades like a (very small) LLM judge: it reads the "Steps to grade" lines of the user
+message, checks `a op b = c`, and replies in prose ending with a VERDICT line. Problems whose text
+names a behaviour make it misbehave: SLOW (sleeps past the client timeout), PROSE (no verdict),
+BADJSON (a 200 with a broken body), FLAKY (prose first, then a proper reply), HTTP500 (a server
+error first, then a proper reply).
+"""
+import collections
+import http.server
+import json
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from botjax.rewards import (ExactArithmeticJudge, JudgeRequest, JudgeUnavailable, MathReward,
+                            OpenAIStepJudge, RewardPool, judge_steps)
+from botjax.rewards.judges import JUDGE_SYSTEM_PROMPT, parse_verdict
+
+_STEP_LINE = re.compile(r"Step \d+: (-?\d+) ([-+*/]) (-?\d+) = (-?\d+)")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+  def log_message(self, *args):  # keep pytest output clean
+    pass
+
+  def do_POST(self):
+    server = self.server
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    user = body["messages"][-1]["content"]
+    with server.lock:
+      server.requests.append(body)
+      server.in_flight += 1
+      server.max_in_flight = max(server.max_in_flight, server.in_flight)
+      server.seen[user] += 1
+      seen = server.seen[user]
+    try:
+      if "SLOW" in user:
+        time.sleep(3.0)
+      if "HTTP500" in user and seen == 1:
+        return self._send(500, b'{"error": {"message": "overloaded"}}')
+      if "BADJSON" in user:
+        return self._send(200, b'{"choices": [')
+      time.sleep(server.delay_s)
+      if "PROSE" in user or ("FLAKY" in user and seen == 1):
+        content = "The step looks plausible to me."
+      else:
+        graded = user.split("Steps to grade:")[-1]
+        ok = all(_apply(int(a), op, int(b)) == int(c)
+                 for a, op, b, c in _STEP_LINE.findall(graded))
+        content = f"Checked the arithmetic.\nVERDICT: {'+1' if ok else '-1'}"
+      reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+               "model": body["model"],
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content}}],
+               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+      self._send(200, json.dumps(reply).encode())
+    finally:
+      with server.lock:
+        server.in_flight -= 1
+
+  def _send(self, code, payload):
+    self.send_response(code)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(payload)))
+    self.end_headers()
+    try:
+      self.wfile.write(payload)
+    except BrokenPipeError:  # the client gave up (the SLOW case)
+      pass
+
+
+def _apply(a, op, b):
+  return {"+": a + b, "-": a - b, "*": a * b}.get(op, a // b if b and a % b == 0 else None)
+
+
+@pytest.fixture(scope="module")
+def server():
+  srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+  srv.daemon_threads = True
+  srv.lock = threading.Lock()
+  srv.requests, srv.seen = [], collections.Counter()
+  srv.in_flight = srv.max_in_flight = 0
+  srv.delay_s = 0.0
+  thread = threading.Thread(target=srv.serve_forever, daemon=True)
+  thread.start()
+  yield srv
+  srv.shutdown()
+  srv.server_close()
+
+
+def _judge(server, **kwargs):
+  kwargs.setdefault("timeout_s", 5.0)
+  kwargs.setdefault("max_retries", 0)
+  return OpenAIStepJudge("judge-model", base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                         api_key="test-key", **kwargs)
+
+
+def _closed_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+STEPS = ["3 + 4 = 7", "7 * 2 = 15", "15 - 5 = 10"]
+
+
+def test_verdicts_and_prompts(server):
+  judge = _judge(server)
+  judge.check_reachable()
+  start = len(server.requests)
+  verdicts = judge_steps(judge, "Compute (3 + 4) * 2 - 5.", STEPS, {}, strategy="context_aware")
+  assert verdicts == [1, -1, 1]
+  sent = server.requests[start:]
+  assert [r["model"] for r in sent] == ["judge-model"] * 3
+  assert sent[0]["messages"][0] == {"role": "system", "content": JUDGE_SYSTEM_PROMPT}
+  last = sent[2]["messages"][1]["content"]
+  assert "Compute (3 + 4) * 2 - 5." in last
+  assert "Step 1: 3 + 4 = 7   [your earlier verdict: +1]" in last
+  assert "Step 2: 7 * 2 = 15   [your earlier verdict: -1]" in last
+  assert last.split("Steps to grade:")[1].strip().startswith("Step 3: 15 - 5 = 10")
+  start = len(server.requests)
+  assert judge_steps(judge, "p", STEPS, {}, strategy="independent") == [1, -1, 1]
+  assert all("Earlier steps" not in r["messages"][1]["content"] for r in server.requests[start:])
+  assert judge_steps(judge, "p", STEPS, {}) == [1, -1, 0]  # error propagation
+  assert judge.metrics()["judge_failures"] == 0
+
+
+def test_bounded_concurrency(server):
+  server.delay_s = 0.2
+  try:
+    server.max_in_flight = 0
+    judge = _judge(server, max_concurrency=2)
+    reqs = [JudgeRequest(problem=f"c{i}", steps=("1 + 1 = 2",), first=0, last=1) for i in range(6)]
+    assert judge.judge(reqs) == [1] * 6
+    assert server.max_in_flight == 2
+  finally:
+    server.delay_s = 0.0
+
+
+def test_slow_malformed_and_retried_replies(server):
+  judge = _judge(server, timeout_s=0.5, parse_retries=1)
+  reqs = [JudgeRequest(problem=name, steps=("2 * 3 = 6",), first=0, last=1)
+          for name in ("SLOW", "PROSE", "BADJSON", "FLAKY", "fine")]
+  start = time.perf_counter()
+  verdicts = judge.judge(reqs)
+  assert time.perf_counter() - start < 2.5  # the slow reply is cut at 0.5 s, not waited for (3 s)
+  assert verdicts == [0, 0, 0, 1, 1]  # FLAKY: prose first, a proper verdict on the retry
+  assert judge.metrics()["judge_failures"] == 3
+  flaky = [r for r in server.requests if "FLAKY" in r["messages"][1]["content"]]
+  assert len(flaky) == 2
+
+
+def test_client_retries_server_errors(server):
+  judge = _judge(server, max_retries=2)
+  req = JudgeRequest(problem="HTTP500", steps=("2 * 3 = 7",), first=0, last=1)
+  assert judge.judge([req]) == [-1]
+  assert server.seen[next(k for k in server.seen if "HTTP500" in k)] == 2
+
+
+def test_refused_connection_then_unavailable():
+  judge = OpenAIStepJudge("m", base_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=0,
+                          timeout_s=2.0, max_consecutive_failures=4)
+  with pytest.raises(JudgeUnavailable, match="not reachable"):
+    judge.check_reachable()
+  reqs = [JudgeRequest(problem="p", steps=("1 + 1 = 2",) * 3, first=i, last=i + 1)
+          for i in range(3)]
+  assert judge.judge(reqs) == [0, 0, 0]  # a failed unit scores 0, training goes on
+  assert judge.metrics()["judge_failures"] == 3
+  with pytest.raises(JudgeUnavailable, match=r"4 times in a row.*Connection"):
+    judge.judge(reqs[:1])
+
+
+def test_math_reward_with_llm_judge_in_a_pool(server):
+  reward = MathReward(_judge(server), window=1)
+  text = "".join(f"<step {i}>{s}</step>\n" for i, s in enumerate(STEPS, 1)) + "<final>10</final>"
+  exact = MathReward(ExactArithmeticJudge(division="floor"))
+  with RewardPool(reward, num_workers=2, timeout_s=10.0, kind="thread") as pool:
+    results = pool(["p"] * 2, [text, "\\boxed{9}"], [{"answer": "9", "step_values": [7, 14, 9]}] * 2)
+  assert [s for _, _, s in results[0].steps] == [1.0, -1.0, 0.0]
+  assert results[0].reward == pytest.approx(0.2)  # wrong answer, perfect format
+  assert results[1].reward == 3.0 and results[1].steps == [(0, 9, 1.0)]  # one free-form step
+  ref = exact.score("p", text, {"answer": "9", "step_values": [7, 14, 9]})
+  assert results[0].token_spans == ref.token_spans
+
+
+@pytest.mark.parametrize("reply,verdict", [
+    ("Looks fine.\nVERDICT: +1", 1), ("VERDICT: -1", -1), ("verdict = 0", 0),
+    ("**Verdict:** -1", -1), ("+1", 1), ("INCORRECT", -1), ("VERDICT: +1\n...\nVERDICT: -1", -1),
+    ("VERDICT: − 1", -1),
+])
+def test_parse_verdict(reply, verdict):
+  assert parse_verdict(reply) == verdict
+
+
+@pytest.mark.parametrize("reply", ["", "   ", "I am not sure", "VERDICT: 2", "VERDICT: maybe"])
+def test_parse_verdict_rejects(reply):
+  with pytest.raises(Exception, match="verdict|empty"):
+    parse_verdict(reply)
