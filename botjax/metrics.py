@@ -1,0 +1,179 @@
+"""Evaluation metrics: pass@k, avg@n, maj@k, ABBA pairwise win rate, compile rate.
+
+Host-side NumPy (these run on evaluation results, not inside jit). Pure functions.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+
+ROUND_ORDERS = ("AB", "BA", "BA", "AB")
+"""Presentation order of the four pairwise-judge rounds (BoT-GRPO §4.1): A first in 1 and 4."""
+
+
+def _pass_at_k_one(n: int, c: int, k: int) -> float:
+  if n - c < k:
+    return 1.0
+  return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k(n, c, k):
+  """Unbiased pass@k = 1 − C(n−c, k) / C(n, k), in the stable product form.
+
+    pass@k = 1                                   if n − c < k
+           = 1 − Π_{j=n−c+1}^{n} (1 − k/j)        otherwise
+
+  Args:
+    n: samples per problem (int or int array).
+    c: correct samples per problem, 0 ≤ c ≤ n (int or int array).
+    k: k ≤ n (int or int array); the three broadcast together.
+
+  Returns:
+    float for scalar inputs, else a float64 array of the broadcast shape (one value per
+    problem; report the mean).
+
+  References:
+    Chen et al., Evaluating Large Language Models Trained on Code (HumanEval),
+    https://arxiv.org/abs/2107.03374
+  """
+  n_a, c_a, k_a = np.broadcast_arrays(np.asarray(n), np.asarray(c), np.asarray(k))
+  for name, x in (("n", n_a), ("c", c_a), ("k", k_a)):
+    if x.size and not np.issubdtype(x.dtype, np.integer):
+      if not np.all(np.equal(np.mod(x, 1), 0)):
+        raise ValueError(f"{name} must hold integers, got {x!r}")
+  n_a, c_a, k_a = n_a.astype(np.int64), c_a.astype(np.int64), k_a.astype(np.int64)
+  if np.any(k_a < 1) or np.any(k_a > n_a):
+    raise ValueError(f"need 1 <= k <= n, got n={n!r}, k={k!r}")
+  if np.any(c_a < 0) or np.any(c_a > n_a):
+    raise ValueError(f"need 0 <= c <= n, got n={n!r}, c={c!r}")
+  out = np.empty(n_a.shape, np.float64)
+  for idx in np.ndindex(n_a.shape):
+    out[idx] = _pass_at_k_one(int(n_a[idx]), int(c_a[idx]), int(k_a[idx]))
+  return float(out) if out.ndim == 0 else out
+
+
+def avg_at_n(correct) -> float:
+  """avg@n: the mean over problems of the fraction of a problem's n samples that are correct.
+
+  Args:
+    correct: [P, n] bool/0-1 array, or a list of per-problem sequences (n may vary).
+
+  Returns:
+    float in [0, 1].
+  """
+  rows = [np.asarray(r, dtype=np.float64).reshape(-1) for r in correct]
+  if not rows or any(r.size == 0 for r in rows):
+    raise ValueError("avg_at_n needs at least one problem and one sample per problem")
+  return float(np.mean([r.mean() for r in rows]))
+
+
+def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
+  """The most frequent non-None answer; ties go to the answer that appears first.
+
+  Args:
+    answers: answers in sampling order; None marks an unparsed answer and never votes.
+
+  Returns:
+    The winning answer, or None when every answer is None.
+  """
+  votes = [a for a in answers if a is not None]
+  if not votes:
+    return None
+  counts = collections.Counter(votes)
+  best = max(counts.values())
+  return next(a for a in votes if counts[a] == best)   # first occurrence among the tied
+
+
+def maj_at_k(answers: Sequence[Sequence[Hashable | None]], references: Sequence[Hashable], k: int,
+             *, equal: Callable[[Hashable, Hashable], bool] | None = None) -> float:
+  """maj@k: fraction of problems whose majority answer over the first k samples is correct.
+
+  Ties are broken deterministically by first occurrence (`majority_vote`); None answers do not
+  vote, and a problem with no answer counts as wrong.
+
+  Args:
+    answers: per problem, its sampled answers in order (at least k each).
+    references: per problem, the reference answer.
+    k: number of samples that vote, ≥ 1.
+    equal: answer comparison (default ==), e.g. a math-equivalence check.
+
+  Returns:
+    float in [0, 1].
+  """
+  if len(answers) != len(references) or not answers:
+    raise ValueError(f"need one reference per problem and at least one problem, got "
+                     f"{len(answers)} answer lists and {len(references)} references")
+  if k < 1:
+    raise ValueError(f"k must be >= 1, got {k!r}")
+  eq = equal if equal is not None else (lambda a, b: a == b)
+  hits = 0
+  for i, (ans, ref) in enumerate(zip(answers, references)):
+    if len(ans) < k:
+      raise ValueError(f"problem {i} has {len(ans)} answers, fewer than k={k}")
+    winner = majority_vote(list(ans)[:k])
+    hits += winner is not None and bool(eq(winner, ref))
+  return hits / len(answers)
+
+
+def abba_win_rate(verdicts: Sequence[Sequence[str]], *, labels: str = "model"
+                  ) -> tuple[float, float]:
+  """Pairwise win rate of model A over model B from four judge rounds per prompt.
+
+  Rounds show the two renderings in the orders AB, BA, BA, AB (`ROUND_ORDERS`). Per prompt,
+  A's votes of 3–1 or 4–0 score 1, 2–2 is a tie scoring 0.5, 1–3 or 0–4 score 0; the win rate
+  is the mean score over prompts, the tie rate the fraction of 2–2 prompts.
+
+  Args:
+    verdicts: per prompt, the judge's four answers "A" or "B".
+    labels: "model" if a verdict names the model (the labels stay with the models and only
+      the order changes), "position" if it names the screenshot shown first ("A") or second
+      ("B") in that round.
+
+  Returns:
+    (win_rate, tie_rate) of model A, floats in [0, 1].
+
+  References:
+    Yang et al., BoT-GRPO §4.1 (pairwise VLM judge).
+  """
+  if labels not in ("model", "position"):
+    raise ValueError(f"labels must be 'model' or 'position', got {labels!r}")
+  if not verdicts:
+    raise ValueError("abba_win_rate needs at least one prompt")
+  score = ties = 0.0
+  for i, rounds in enumerate(verdicts):
+    rounds = [str(v).strip().upper() for v in rounds]
+    if len(rounds) != 4 or any(v not in ("A", "B") for v in rounds):
+      raise ValueError(f"prompt {i}: need four verdicts 'A' or 'B', got {list(rounds)!r}")
+    if labels == "position":   # first-shown screenshot is model order[0] of that round
+      rounds = [order[0] if v == "A" else order[1] for v, order in zip(rounds, ROUND_ORDERS)]
+    a_votes = sum(v == "A" for v in rounds)
+    if a_votes >= 3:
+      score += 1.0
+    elif a_votes == 2:
+      score += 0.5
+      ties += 1.0
+  return score / len(verdicts), ties / len(verdicts)
+
+
+def compile_rate(results: Sequence[bool]) -> float:
+  """Fraction of rollouts that transpile and render (BoT-GRPO §4.1).
+
+  Args:
+    results: one bool per held-out rollout.
+
+  Returns:
+    float in [0, 1].
+  """
+  arr = np.asarray(results)
+  if arr.size == 0:
+    raise ValueError("compile_rate needs at least one result")
+  if arr.dtype != np.bool_ and not np.all(np.isin(arr, (0, 1))):
+    raise ValueError(f"compile_rate needs booleans, got {results!r}")
+  return float(np.mean(arr.astype(np.float64)))
+
+
+__all__ = ["ROUND_ORDERS", "pass_at_k", "avg_at_n", "majority_vote", "maj_at_k",
+           "abba_win_rate", "compile_rate"]

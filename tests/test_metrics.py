@@ -1,0 +1,85 @@
+"""botjax.metrics against direct combinatorial oracles."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from botjax import metrics
+
+
+def pass_at_k_oracle(n, c, k):
+  # The definition: probability that a random k-subset of the n samples holds a correct one.
+  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@given(n=st.integers(1, 60), data=st.data())
+def test_pass_at_k_matches_binomial_definition(n, data):
+  c = data.draw(st.integers(0, n))
+  k = data.draw(st.integers(1, n))
+  assert metrics.pass_at_k(n, c, k) == pytest.approx(pass_at_k_oracle(n, c, k), abs=1e-12)
+
+
+@given(n=st.integers(1, 300), k=st.integers(1, 300))
+def test_pass_at_k_boundaries(n, k):
+  k = min(k, n)
+  assert metrics.pass_at_k(n, n, k) == 1.0
+  assert metrics.pass_at_k(n, 0, k) == 0.0
+
+
+def test_pass_at_k_vectorised_and_large_n():
+  n = np.array([8, 8, 8, 16])
+  c = np.array([0, 1, 4, 3])
+  got = metrics.pass_at_k(n, c, 2)
+  np.testing.assert_allclose(got, [pass_at_k_oracle(8, 0, 2), pass_at_k_oracle(8, 1, 2),
+                                   pass_at_k_oracle(8, 4, 2), pass_at_k_oracle(16, 3, 2)])
+  assert metrics.pass_at_k(8, 1, 1) == pytest.approx(1 / 8)
+  # Large n: binomials overflow float, the product form does not.
+  assert metrics.pass_at_k(5000, 10, 1000) == pytest.approx(pass_at_k_oracle(5000, 10, 1000))
+  with pytest.raises(ValueError, match="k <= n"):
+    metrics.pass_at_k(4, 1, 5)
+  with pytest.raises(ValueError, match="c <= n"):
+    metrics.pass_at_k(4, 5, 1)
+
+
+def test_avg_at_n():
+  assert metrics.avg_at_n([[1, 0, 0, 1], [1, 1, 1, 1]]) == pytest.approx(0.75)
+  assert metrics.avg_at_n([[True], [False, True]]) == pytest.approx(0.75)
+  with pytest.raises(ValueError):
+    metrics.avg_at_n([])
+
+
+def test_maj_at_k_and_tie_break():
+  answers = [["3", "4", "4", None], ["1", "2", "2", "1"], [None, None, "5", "5"], ["7", "8"]]
+  refs = ["4", "1", "5", "8"]
+  # k=2: p0 tie 3/4 -> "3" (first) wrong; p1 tie 1/2 -> "1" right; p2 no votes wrong;
+  # p3 tie 7/8 -> "7" wrong.
+  assert metrics.maj_at_k(answers, refs, 2) == pytest.approx(1 / 4)
+  # k=3 needs 3 answers per problem.
+  with pytest.raises(ValueError, match="fewer than k"):
+    metrics.maj_at_k(answers, refs, 3)
+  assert metrics.maj_at_k(answers[:3], refs[:3], 4) == pytest.approx(3 / 3)
+  assert metrics.majority_vote(["b", "a", "a", "b"]) == "b"
+  assert metrics.maj_at_k([["4.0"]], ["4"], 1, equal=lambda a, b: float(a) == float(b)) == 1.0
+
+
+def test_abba_win_rate():
+  v = [("A", "A", "A", "B"),    # 3-1: win
+       ("A", "B", "B", "A"),    # 2-2: tie
+       ("B", "B", "B", "B"),    # 0-4: loss
+       ("A", "A", "A", "A")]    # 4-0: win
+  assert metrics.abba_win_rate(v) == (pytest.approx(2.5 / 4), pytest.approx(1 / 4))
+  # Positional labels: rounds 2 and 3 show B first, so "A" (first shown) there is model B.
+  # A judge that always prefers the first screenshot is a pure position bias: a 2-2 tie.
+  assert metrics.abba_win_rate([("A", "A", "A", "A")], labels="position") == (0.5, 1.0)
+  assert metrics.abba_win_rate([("A", "B", "B", "A")], labels="position") == (1.0, 0.0)
+  with pytest.raises(ValueError, match="four verdicts"):
+    metrics.abba_win_rate([("A", "C", "A", "A")])
+
+
+def test_compile_rate():
+  assert metrics.compile_rate([True, False, True, True]) == 0.75
+  with pytest.raises(ValueError):
+    metrics.compile_rate([])
