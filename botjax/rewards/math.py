@@ -465,6 +465,17 @@ class MathReward:
     check_batch(prompts, completions, metadata)
     return [self.score(p, c, m) for p, c, m in zip(prompts, completions, metadata)]
 
+  @staticmethod
+  def warmup() -> None:
+    """Imports math-verify and sympy (about a second) now rather than inside the first item."""
+    _math_verify()
+
+  def __setstate__(self, state):
+    # Unpickled in a RewardPool worker process: load math-verify while the worker starts, so the
+    # import is not charged to the first item's timeout.
+    self.__dict__.update(state)
+    self.warmup()
+
   def __repr__(self):
     return (f"MathReward(judge={self.judge!r}, w_g={self.w_g}, w_s={self.w_s}, "
             f"strategy={self.strategy!r}, window={self.window})")

@@ -312,6 +312,7 @@ class RewardPool:
       try:
         message = conn.recv()
       except (EOFError, OSError):
+        worker.proc.join(timeout=1.0)  # reap it, so that its exit code is known
         if slot not in running:
           raise RuntimeError(f"a reward worker process exited while starting (exit code "
                              f"{worker.proc.exitcode}); can `fn` be unpickled in a new process?")

@@ -95,3 +95,20 @@ def test_bad_arguments():
     RewardPool(SCORER, num_workers=0)
   with pytest.raises(ValueError, match="same length"):
     RewardPool(SCORER, kind="inline")(["p"], ["a", "b"], [{}])
+
+
+def test_math_reward_in_process_workers():
+  """math-verify runs in each worker's main thread (its signal timers work); adversarial answers
+  are screened, correct ones verified."""
+  from botjax.rewards import ExactArithmeticJudge, MathReward
+
+  good = "<step 1>3 + 4 = 7</step>\n<step 2>7 * 2 = 14</step>\n<final>\\frac{28}{2}</final>"
+  completions = [good, "\\boxed{9^{9^{9^{9}}}}", "<final>9**9**9**9</final>", "\\boxed{014}"]
+  meta = [{"answer": "14", "step_values": [7, 14]}] * 4
+  with RewardPool(MathReward(ExactArithmeticJudge()), num_workers=1, timeout_s=5.0,
+                  kind="process") as pool:
+    results = pool(["p"] * 4, completions, meta)
+  assert [r.reward for r in results] == pytest.approx([3.2, 0.0, 0.0, 3.0])
+  assert [r.components["answer"] for r in results] == [1.0, 0.0, 0.0, 1.0]
+  assert results[0].token_spans == [(0, 24, 0.25), (25, 50, 0.25)]  # w_s / 2 steps
+  assert pool.metrics()["failures"] == 0
