@@ -257,8 +257,9 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   one non-empty row takes its statistics from its own tokens, so its advantages are not zero
   when its token rewards vary. With a zero local signal this is GRPO with population std.
 
-  Cost: two reductions over the [B, T] tokens to per-row sums, then segment sums over the B
-  rows (no scatter over B·T elements), then one elementwise pass.
+  Cost: one fused reduction over the [B, T] tokens to per-row moments (count, Σ, Σ² of the
+  rewards shifted by a reward of their group), segment sums over the B rows (no scatter over
+  B·T elements), and one elementwise pass that writes the result.
 
   Args:
     token_rewards: [B, T] float token rewards (e.g. from `bot_token_rewards`).
@@ -279,26 +280,30 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   mask = _token_mask(r, mask)
   group_ids = _check_groups(r, group_ids, num_groups)
 
+  # Shift every group by one of its own token rewards c_g (the first scored token of one of
+  # its rows). A constant group then has x ≡ 0 exactly, so its advantages are exactly 0 (a
+  # rounded mean would leave ulp-sized residues that ε does not hide), and the one-pass
+  # moments below are well conditioned: |mean_g x| is of the order of the group's spread.
+  first = jnp.argmax(mask, axis=-1)[:, None]                       # [B, 1] first scored token
+  has_first = jnp.take_along_axis(mask, first, axis=1)[:, 0]
+  r_first = jnp.take_along_axis(r, first, axis=1)[:, 0]
+  ref_g = ops.segment_max(r_first, group_ids, num_groups=num_groups, where=has_first)
+  ref = ops.gather_groups(jnp.where(jnp.isfinite(ref_g), ref_g, 0.0), group_ids)   # [B]
+  x = jnp.where(mask, r - ref[:, None], 0.0)                       # [B, T]
+
+  # One pass over the tokens: per-row count, Σx and Σx² (fused); then segment sums over rows.
   length = jnp.sum(mask, axis=-1, dtype=jnp.float32)              # [B]
   inv_len = 1.0 / jnp.maximum(length, 1.0)
-  nonempty = length > 0.0
-  row_mean = jnp.sum(jnp.where(mask, r, 0.0), axis=-1) * inv_len   # [B], 0 for empty rows
-  # Row extremes (same pass over the tokens) flag constant groups, which get exactly 0.
-  row_max = jnp.max(jnp.where(mask, r, -jnp.inf), axis=-1)
-  row_min = jnp.min(jnp.where(mask, r, jnp.inf), axis=-1)
-  varies = ops.gather_groups(
-      ops.segment_max(row_max, group_ids, num_groups=num_groups)
-      > ops.segment_min(row_min, group_ids, num_groups=num_groups), group_ids)
-  k = ops.segment_count(group_ids, num_groups=num_groups, where=nonempty)
-  mean_g = ops.segment_sum(row_mean, group_ids, num_groups=num_groups) / jnp.maximum(k, 1.0)
-  mean = ops.gather_groups(mean_g, group_ids)                      # [B]
-
-  centred = jnp.where(mask, r - mean[:, None], 0.0)                # [B, T]
-  row_sq = jnp.sum(centred * centred, axis=-1) * inv_len           # [B]
-  var_g = ops.segment_sum(row_sq, group_ids, num_groups=num_groups) / jnp.maximum(k, 1.0)
-  denom = ops.gather_groups(jnp.sqrt(var_g), group_ids) + eps      # [B]
-  scale = jnp.where(varies, 1.0 / jnp.where(denom > 0.0, denom, 1.0), 0.0)
-  return centred * scale[:, None]
+  row_m1 = jnp.sum(x, axis=-1) * inv_len                           # (1/L_k) Σ_t x
+  row_m2 = jnp.sum(x * x, axis=-1) * inv_len                       # (1/L_k) Σ_t x²
+  k = jnp.maximum(ops.segment_count(group_ids, num_groups=num_groups, where=length > 0.0), 1.0)
+  m1_g = ops.segment_sum(row_m1, group_ids, num_groups=num_groups) / k   # μ_g − c_g
+  m2_g = ops.segment_sum(row_m2, group_ids, num_groups=num_groups) / k
+  var_g = jnp.maximum(m2_g - m1_g * m1_g, 0.0)                     # σ_g², shift-invariant
+  denom = jnp.sqrt(var_g) + eps
+  scale = ops.gather_groups(1.0 / jnp.where(denom > 0.0, denom, 1.0), group_ids)   # [B]
+  shift = ops.gather_groups(m1_g, group_ids)                       # [B]
+  return jnp.where(mask, (x - shift[:, None]) * scale[:, None], 0.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -289,6 +289,25 @@ def test_bot_grpo_constant_group_and_singleton():
 
 
 @settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1), value=st.floats(-50.0, 50.0, width=32))
+def test_bot_grpo_constant_group_is_exactly_zero_and_offsets_are_harmless(seed, value):
+  # A group whose scored tokens all hold the same (non-dyadic) value gets exactly 0, even
+  # with ragged lengths and a leading hole in the mask; a large common offset on a varying
+  # group does not lose precision (float64 oracle).
+  d = make_batch(seed)
+  mask = d["mask"].copy()
+  mask[3, 0] = False
+  tr = np.where(mask, d["token_rewards"], np.nan).astype(np.float32)
+  tr[GROUP_IDS == 2] = np.float32(value)
+  got = np.asarray(adv.bot_grpo(tr, mask, GROUP_IDS, num_groups=P))
+  assert np.all(got[GROUP_IDS == 2] == 0.0)
+  shifted = np.where(mask, tr + np.float32(1000.0), np.nan).astype(np.float32)
+  want = bot_oracle(shifted.astype(np.float64), mask)
+  np.testing.assert_allclose(adv.bot_grpo(shifted, mask, GROUP_IDS, num_groups=P), want,
+                             atol=2e-3)
+
+
+@settings(max_examples=15)
 @given(seed=st.integers(0, 2**31 - 1), k=st.sampled_from([2, 3]))
 def test_bot_grpo_length_invariance(seed, k):
   # Repeating every token of every rollout k times leaves each token's advantage unchanged.
