@@ -50,9 +50,14 @@ def test_good_component_compiles_bundles_and_gets_css(pool):
   assert res.ok and res.diagnostics == () and res.error is None
   assert res.lint == ()
   assert "window.__botjax_modules" in res.bundle and "useState" in res.bundle
-  assert res.vendors == ("core", "lucide-react")
+  assert res.vendors == ("core",)  # named icons are bundled in; no 880 KB lucide vendor bundle
   assert ".bg-blue-500" in res.css and ".p-4" in res.css and ".bg-red-500" not in res.css
+  whole = "import * as L from 'lucide-react';\nexport default function App() {\n  return <L.Star />;\n}"
+  missing = "import { NoSuchIcon } from 'lucide-react';\nexport default function App() {\n  return <NoSuchIcon />;\n}"
+  [ns, bad] = pool.check([whole, missing], bundle=True)
+  assert ns.ok and ns.vendors == ("core", "lucide-react")
   assert "window.__botjax_modules" in pool.vendor("lucide-react")
+  assert not bad.ok and bad.diagnostics[0].line == 0 and "NoSuchIcon" in bad.diagnostics[0].message
 
 
 def test_broken_component_diagnostics_on_the_right_lines(pool):

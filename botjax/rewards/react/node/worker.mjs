@@ -156,7 +156,48 @@ async function vendorBundle(name) {
   return vendorCache.get(name);
 }
 
+// lucide-react ships one ES module per icon; its index re-exports them all. An item that imports
+// named icons gets just those modules bundled in (a few KB) instead of the 880 KB vendor bundle.
+const LUCIDE_DIR = path.join(path.dirname(require.resolve('lucide-react/package.json')), 'dist', 'esm');
+const LUCIDE_EXPORTS = new Map();
+for (const m of fs.readFileSync(path.join(LUCIDE_DIR, 'lucide-react.mjs'), 'utf8')
+  .matchAll(/export\s*\{([^}]*)\}\s*from\s*'(\.\/[^']+)'/g)) {
+  for (const part of m[1].split(',')) {
+    const [orig, alias] = part.trim().split(/\s+as\s+/);
+    if (orig) LUCIDE_EXPORTS.set((alias || orig).trim(), [orig.trim(), path.join(LUCIDE_DIR, m[2])]);
+  }
+}
+
+// Named imports of lucide-react, or null when the component needs the whole module (namespace or
+// default import, re-export).
+function lucideNames(source) {
+  const names = new Set();
+  const spec = /(import|export)\s+(type\s+)?([^'";]*?)\s*from\s*['"]lucide-react['"]/g;
+  for (const m of source.matchAll(spec)) {
+    if (m[2]) continue;
+    const clause = m[3].trim();
+    const braces = clause.match(/^\{([^}]*)\}$/);
+    if (m[1] === 'export' || !braces) return null;
+    for (const part of braces[1].split(',')) {
+      const name = part.trim().replace(/^type\s+/, '').split(/\s+as\s+/)[0].trim();
+      if (name && !part.trim().startsWith('type ')) names.add(name);
+    }
+  }
+  return names;
+}
+
+function lucideSubset(names) {
+  const lines = [];
+  for (const name of names) {
+    const hit = LUCIDE_EXPORTS.get(name);
+    // An unknown name is left out: esbuild then reports the missing export on the import line.
+    if (hit) lines.push(`export { ${hit[0]} as ${name} } from ${JSON.stringify(hit[1])};`);
+  }
+  return lines.join('\n') || 'export {};';
+}
+
 function componentPlugin(source, allowed) {
+  const icons = lucideNames(source);
   return {
     name: 'botjax-component',
     setup(b) {
@@ -165,10 +206,19 @@ function componentPlugin(source, allowed) {
         contents: source + defaultExportSuffix(source), loader: 'tsx', resolveDir: HERE }));
       b.onResolve({ filter: /.*/ }, (a) => {
         if (a.path === 'botjax:component') return undefined;
-        const permitted = a.namespace !== 'component' || allowed.has(a.path);
-        if (permitted && MODULE_VENDOR[a.path]) return { path: a.path, namespace: 'shim' };
-        return { errors: [{ text: `import of "${a.path}" is not allowed` }] };
+        if (a.namespace === 'component') {
+          if (!allowed.has(a.path) || !MODULE_VENDOR[a.path]) {
+            return { errors: [{ text: `import of "${a.path}" is not allowed` }] };
+          }
+          if (a.path === 'lucide-react' && icons !== null) return { path: a.path, namespace: 'lucide' };
+          return { path: a.path, namespace: 'shim' };
+        }
+        // react from the entry or from lucide's icon modules; their relative imports resolve as usual
+        if (MODULE_VENDOR[a.path] === 'core') return { path: a.path, namespace: 'shim' };
+        return undefined;
       });
+      b.onLoad({ filter: /.*/, namespace: 'lucide' }, () => ({
+        contents: lucideSubset(icons), loader: 'js', resolveDir: LUCIDE_DIR }));
       b.onLoad({ filter: /.*/, namespace: 'shim' }, (a) => ({
         contents: `module.exports = window.__botjax_modules[${JSON.stringify(a.path)}];`, loader: 'js' }));
     },
@@ -197,7 +247,9 @@ async function bundle(source, allowed, minify) {
 
 function vendorsFor(source, allowed) {
   const needed = new Set(['core']);
+  const subset = lucideNames(source) !== null;
   for (const f of ts.preProcessFile(source, true, true).importedFiles) {
+    if (f.fileName === 'lucide-react' && subset) continue;
     if (allowed.has(f.fileName) && MODULE_VENDOR[f.fileName]) needed.add(MODULE_VENDOR[f.fileName]);
   }
   return Object.keys(VENDORS).filter((v) => needed.has(v));
