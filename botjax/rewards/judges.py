@@ -433,6 +433,15 @@ class LocalModelJudge(StepJudge):
         out.append(1 if p >= self.correct_at else -1 if p <= self.incorrect_at else 0)
     return out
 
+  def check_reachable(self) -> None:
+    """Scores one short text; raises JudgeUnavailable unless a probability in [0, 1] comes back."""
+    try:
+      probs = np.asarray(self.score_fn(["Is 1 + 1 = 2 correct? Answer yes or no:"]), np.float64)
+      if probs.shape != (1,) or not 0.0 <= probs[0] <= 1.0:
+        raise JudgeError(f"score_fn returned {probs!r} for one text; expected one value in [0, 1]")
+    except Exception as e:
+      raise JudgeUnavailable(f"{self!r} cannot score: {type(e).__name__}: {e}") from e
+
   def __repr__(self):
     return (f"LocalModelJudge(score_fn={getattr(self.score_fn, '__name__', self.score_fn)!r}, "
             f"correct_at={self.correct_at}, incorrect_at={self.incorrect_at})")

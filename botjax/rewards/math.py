@@ -465,6 +465,16 @@ class MathReward:
     check_batch(prompts, completions, metadata)
     return [self.score(p, c, m) for p, c, m in zip(prompts, completions, metadata)]
 
+  def check_reachable(self) -> None:
+    """Start-up check: loads math-verify and asks the judge (if any) to answer once.
+
+    Raises:
+      JudgeUnavailable: if the judge cannot answer.
+    """
+    self.warmup()
+    if self.judge is not None:
+      self.judge.check_reachable()
+
   @staticmethod
   def warmup() -> None:
     """Imports math-verify and sympy (about a second) now rather than inside the first item."""

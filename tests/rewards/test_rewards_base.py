@@ -1,4 +1,7 @@
 """RewardResult, spans_to_token_values / steps_to_arrays on a real tokenizer's offsets, combine."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -133,3 +136,12 @@ def test_results_and_combine():
     combine({"a": a}, {"c": 1.0})
   with pytest.raises(ValueError, match="steps of one function"):
     combine({"a": a, "a2": a})(["p"], ["c"], [{}])
+
+
+def test_import_is_light():
+  """botjax.rewards is host Python: importing it pulls in neither jax nor sympy nor openai."""
+  code = ("import sys, botjax.rewards; "
+          "print(sorted(m for m in ('jax', 'flax', 'sympy', 'openai', 'math_verify') "
+          "if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]"

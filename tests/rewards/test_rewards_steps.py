@@ -174,6 +174,9 @@ def test_local_judge_thresholds_and_failures():
     broken.judge(reqs)
   with pytest.raises(ValueError, match="incorrect_at"):
     LocalModelJudge(lambda t: t, correct_at=0.2, incorrect_at=0.4)
+  MathReward(judge).check_reachable()
+  with pytest.raises(JudgeUnavailable, match="cannot score.*nan"):
+    MathReward(broken).check_reachable()
 
 
 def test_failures_reach_the_result_and_a_dead_judge_stops_the_pool():
