@@ -26,12 +26,14 @@ _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
 
 
-def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = None) -> str:
+def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = None,
+                       cache_dir: str | None = None) -> str:
   """A local directory holding `config.json`: `path_or_repo` itself, or its HF-cache snapshot.
 
   Args:
     path_or_repo: a directory, or a Hub repo id such as `Qwen/Qwen2.5-3B`.
     local_files_only: only look in the HF cache (default: True when HF_HUB_OFFLINE is set).
+    cache_dir: the HF cache to use (default: the hub's, `HF_HUB_CACHE`).
 
   Returns:
     The directory path.
@@ -45,14 +47,15 @@ def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = Non
 
   if local_files_only is None:
     local_files_only = bool(constants.HF_HUB_OFFLINE)
+  cache = cache_dir or constants.HF_HUB_CACHE
   try:
     return huggingface_hub.snapshot_download(
-        path_or_repo, local_files_only=local_files_only,
+        path_or_repo, local_files_only=local_files_only, cache_dir=cache,
         allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
   except Exception as e:  # the hub raises several types for "not there"
     raise FileNotFoundError(
         f"could not find checkpoint {path_or_repo!r}: it is not a local directory, and the HF "
-        f"cache at {constants.HF_HUB_CACHE} has no snapshot of it "
+        f"cache at {cache} has no snapshot of it "
         f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
 
 
@@ -79,7 +82,8 @@ def _rule_lookup(cfg: DecoderConfig) -> dict[str, tuple[families.WeightRule, tup
 
 def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
                     mesh: jax.sharding.Mesh | None = None, rules=RULES,
-                    local_files_only: bool | None = None) -> Decoder:
+                    local_files_only: bool | None = None,
+                    cache_dir: str | None = None) -> Decoder:
   """Loads a Hugging Face checkpoint (Qwen2/2.5, Llama 3.x, SmolLM3, Phi-3/4-mini) as a Decoder.
 
   The config comes from the checkpoint's `config.json`. Every tensor of the safetensors files
@@ -94,11 +98,12 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
     mesh: place each parameter on its sharding on this mesh (default: the first device).
     rules: logical-axis rules (see `botjax.models.sharding.RULES`).
     local_files_only: for repo ids: never go to the network.
+    cache_dir: for repo ids: the HF cache directory (default: the hub's).
 
   Returns:
     The `Decoder`, its config at `model.config`.
   """
-  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only)
+  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only, cache_dir=cache_dir)
   cfg = read_config(ckpt)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
                                             param_dtype=param_dtype))
@@ -117,13 +122,19 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
           raise ValueError(f"checkpoint tensor {name!r} in {file} has no place in a "
                            f"{cfg.model_type} model with this config")
         rule, paths = lookup[name]
-        arrays = rule.split(f.get_tensor(name), cfg)
-        for path, array in zip(paths, arrays):
+        tensor = f.get_tensor(name)
+        wants = [variables[p].get_value() for p in paths]
+        shape_error = ValueError(
+            f"checkpoint tensor {name!r} has shape {tensor.shape}, which does not fit "
+            f"{', '.join(f'{p} {tuple(w.shape)}' for p, w in zip(paths, wants))}")
+        try:
+          arrays = rule.split(tensor, cfg)
+        except (ValueError, IndexError) as e:
+          raise shape_error from e
+        for path, array, want in zip(paths, arrays, wants):
           var = variables[path]
-          want = var.get_value()
           if tuple(array.shape) != tuple(want.shape):
-            raise ValueError(f"checkpoint tensor {name!r} gives {path} shape {array.shape}, "
-                             f"expected {want.shape}")
+            raise shape_error
           if path in filled:
             raise ValueError(f"checkpoint tensor {name!r} fills {path} a second time")
           filled[path] = _place(np.asarray(array), want.dtype, var, mesh, rules)
@@ -196,9 +207,10 @@ def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
     json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def load_tokenizer(path_or_repo: str, *, local_files_only: bool | None = None):
+def load_tokenizer(path_or_repo: str, *, local_files_only: bool | None = None,
+                   cache_dir: str | None = None):
   """`transformers.AutoTokenizer` from the checkpoint directory (local files, chat template)."""
   from transformers import AutoTokenizer
 
-  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only)
+  ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only, cache_dir=cache_dir)
   return AutoTokenizer.from_pretrained(ckpt, local_files_only=True)

@@ -1,0 +1,136 @@
+"""HF weights in and out: round trip through `transformers`, sharded files, bf16, errors."""
+
+import json
+import os
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+
+import botjax.models as bm
+from conftest import hf_logits, left_padded_batch, make_hf_model, torch, transformers
+
+ATOL = 1e-4
+
+
+def _forward(model, ids, mask, pos):
+  out, _ = nnx.jit(lambda m, i, p, k: m(i, p, attention_mask=k))(
+      model, jnp.asarray(ids), jnp.asarray(pos), jnp.asarray(mask))
+  return np.asarray(out)
+
+
+@pytest.mark.parametrize("name", ["qwen2_bias_untied", "phi3_longrope", "smollm3_nope",
+                                  "llama_tied_bias"])
+def test_round_trip_through_transformers(name, hf_checkpoint, tmp_path):
+  """HF -> botjax -> save_pretrained (sharded) -> transformers gives the same logits."""
+  path, hf = hf_checkpoint(name)
+  model = bm.load_pretrained(path)
+  out_dir = tmp_path / "saved"
+  bm.save_pretrained(model, str(out_dir), max_shard_bytes=40_000)
+  files = os.listdir(out_dir)
+  assert "model.safetensors.index.json" in files
+  assert sum(f.endswith(".safetensors") for f in files) > 1
+  with open(out_dir / "config.json") as f:
+    assert "rope_parameters" in json.load(f)
+  reloaded_hf = transformers.AutoModelForCausalLM.from_pretrained(out_dir).eval()
+  assert type(reloaded_hf) is type(hf)
+  ids, mask, pos = left_padded_batch(2, 9, hf.config.vocab_size, seed=5)
+  ref = hf_logits(hf, ids, mask, pos)
+  np.testing.assert_allclose(hf_logits(reloaded_hf, ids, mask, pos)[mask], ref[mask], atol=ATOL)
+  # botjax also reads its own sharded checkpoint back
+  again = bm.load_pretrained(str(out_dir))
+  np.testing.assert_allclose(_forward(again, ids, mask, pos)[mask], ref[mask], atol=ATOL)
+  # tensor-for-tensor identical to the original HF file set
+  orig = load_file(os.path.join(path, "model.safetensors"))
+  saved = {}
+  for f in files:
+    if f.endswith(".safetensors"):
+      saved.update(load_file(out_dir / f))
+  assert sorted(saved) == sorted(orig)
+  for k in orig:
+    np.testing.assert_array_equal(saved[k], orig[k], err_msg=k)
+
+
+def test_bfloat16_checkpoint_loads(tmp_path):
+  hf = make_hf_model("qwen2_tied_kv1", seed=3).to(torch.bfloat16)
+  hf.save_pretrained(tmp_path)
+  model16 = bm.load_pretrained(str(tmp_path), param_dtype=jnp.bfloat16)
+  assert model16.embed[...].dtype == jnp.bfloat16
+  model32 = bm.load_pretrained(str(tmp_path))  # upcast on load
+  # a fresh float32 load: `hf.float()` would keep RoPE buffers rounded through bf16
+  hf32 = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+  ids, mask, pos = left_padded_batch(2, 8, hf.config.vocab_size, seed=6)
+  ref = hf_logits(hf32, ids, mask, pos)
+  np.testing.assert_allclose(_forward(model32, ids, mask, pos)[mask], ref[mask], atol=ATOL)
+  np.testing.assert_array_equal(np.asarray(model16.embed[...].astype(jnp.float32)),
+                                np.asarray(model32.embed[...]))
+
+
+def _copy_with(src, dst, edit):
+  shutil.copytree(src, dst)
+  tensors = load_file(os.path.join(dst, "model.safetensors"))
+  edit(tensors)
+  save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+  return str(dst)
+
+
+def test_errors_name_the_offending_tensor(hf_checkpoint, tmp_path):
+  path, _ = hf_checkpoint("qwen2_bias_untied")
+  name = "model.layers.1.self_attn.k_proj.weight"
+
+  def extra(t):
+    t["model.layers.0.self_attn.rogue.weight"] = np.zeros((2, 2), np.float32)
+
+  def wrong_shape(t):
+    t[name] = t[name][:-1]
+
+  def missing(t):
+    del t[name]
+
+  with pytest.raises(ValueError, match=r"'model\.layers\.0\.self_attn\.rogue\.weight'"):
+    bm.load_pretrained(_copy_with(path, tmp_path / "a", extra))
+  with pytest.raises(ValueError, match=rf"'{name}' has shape \(31, 64\).*k_kernel \(64, 2, 16\)"):
+    bm.load_pretrained(_copy_with(path, tmp_path / "b", wrong_shape))
+  with pytest.raises(ValueError, match=rf"lacks 1 tensors, e\.g\. '{name}'"):
+    bm.load_pretrained(_copy_with(path, tmp_path / "c", missing))
+
+
+def test_missing_checkpoint_says_where_it_looked(tmp_path):
+  with pytest.raises(FileNotFoundError, match=rf"'nobody/no-such-model'.*{tmp_path}"):
+    bm.load_pretrained("nobody/no-such-model", local_files_only=True, cache_dir=str(tmp_path))
+
+
+def test_loads_from_the_hf_cache_layout(hf_checkpoint, tmp_path):
+  """A repo id resolves to its snapshot in an HF cache (offline, local_files_only)."""
+  path, hf = hf_checkpoint("qwen2_tied_kv1")
+  repo = tmp_path / "models--acme--tiny"
+  commit = "0" * 40
+  shutil.copytree(path, repo / "snapshots" / commit)
+  (repo / "refs").mkdir()
+  (repo / "refs" / "main").write_text(commit)
+  model = bm.load_pretrained("acme/tiny", local_files_only=True, cache_dir=str(tmp_path))
+  ids, mask, pos = left_padded_batch(2, 8, hf.config.vocab_size, seed=7)
+  np.testing.assert_allclose(_forward(model, ids, mask, pos)[mask],
+                             hf_logits(hf, ids, mask, pos)[mask], atol=ATOL)
+
+
+def test_tokenizer_loads_with_chat_template(tmp_path):
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "hello": 4, "world": 5, "user": 6,
+           ":": 7}
+  tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>",
+                                              eos_token="</s>", pad_token="<pad>",
+                                              unk_token="<unk>")
+  fast.chat_template = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+  fast.save_pretrained(tmp_path)
+  make_hf_model("llama_tied_bias").config.save_pretrained(tmp_path)
+  loaded = bm.load_tokenizer(str(tmp_path))
+  assert loaded("hello world")["input_ids"] == [4, 5]
+  ids = loaded.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=True,
+                                   return_dict=False)
+  assert list(ids) == [6, 7, 4]
