@@ -85,7 +85,8 @@ def test_compile_rate():
   items = [_score(True, True), _score(True, False), _score(False, False), _score(True, True)]
   assert ev.compile_rate(items) == 0.5
   assert ev.compile_rate([True, False, False, False]) == 0.25
-  assert ev.compile_rate([]) == 0.0
+  with pytest.raises(ValueError, match="at least one"):
+    ev.compile_rate([])
 
 
 def test_json_and_plots(tmp_path):

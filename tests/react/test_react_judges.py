@@ -139,6 +139,14 @@ def test_abba_outcomes_on_hand_made_verdicts():
   assert ev.abba_outcome([1, 0, 0, 1]) == 0.5  # 2-2
   assert ev.abba_outcome([None, None, None, None]) == 0.5
   assert ev.abba_outcome([1, None, 0, 1]) == 1.0
+  # the local rule agrees with botjax.metrics on complete ABBA sequences
+  from botjax import metrics
+  seqs = [[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 1], [0, 0, 1, 0], [0, 1, 1, 0]]
+  letters = [["A" if v else "B" for v in s] for s in seqs]
+  local = ev.win_rate([ev.abba_outcome(s) for s in seqs])
+  assert (local["win_rate"], local["tie_rate"]) == pytest.approx(
+      metrics.abba_win_rate(letters, labels="model"))
+  assert local["win_rate"] == pytest.approx(3 / 5) and local["tie_rate"] == pytest.approx(2 / 5)
   r = ev.win_rate([1.0, 1.0, 0.5, 0.0])
   assert r == {"win_rate": 0.625, "tie_rate": 0.25, "wins": 2, "losses": 1, "ties": 1, "n": 4}
   with pytest.raises(ValueError, match="0.0, 0.5 or 1.0"):

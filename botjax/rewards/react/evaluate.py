@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from botjax import metrics
 from botjax.rewards.react.judges import PairwiseJudge
 from botjax.rewards.react.reward import ReactReward, ReactScore
 
@@ -47,11 +48,14 @@ def win_rate(outcomes: Sequence[float]) -> dict[str, float]:
 
 
 def compile_rate(items: Sequence[ReactScore | bool]) -> float:
-  """Fraction of rollouts that transpile and render non-blank (ReactScores or booleans)."""
-  if not items:
-    return 0.0
+  """Fraction of rollouts that transpile and render non-blank (ReactScores or booleans), by
+  `botjax.metrics.compile_rate`.
+
+  Raises:
+    ValueError: for an empty list.
+  """
   ok = [it.compiles_and_renders if isinstance(it, ReactScore) else bool(it) for it in items]
-  return sum(ok) / len(ok)
+  return metrics.compile_rate(ok)
 
 
 def evaluate_compile_rate(reward: ReactReward, prompts: Sequence[str],
@@ -91,7 +95,12 @@ def pairwise_win_rate(judge: PairwiseJudge, prompts: Sequence[str],
                      f"{len(shots_a)} and {len(shots_b)} screenshots")
   verdicts = judge.client.map(lambda x: judge.compare(*x), list(zip(prompts, shots_a, shots_b)))
   outcomes = [abba_outcome(v) for v in verdicts]
-  return {**win_rate(outcomes), "verdicts": verdicts, "outcomes": outcomes}
+  out = {**win_rate(outcomes), "verdicts": verdicts, "outcomes": outcomes}
+  if verdicts and all(v is not None for rounds in verdicts for v in rounds):
+    # Every round answered: the shared metric gives the rates (the local rule agrees with it).
+    letters = [["A" if v >= 0.5 else "B" for v in rounds] for rounds in verdicts]
+    out["win_rate"], out["tie_rate"] = metrics.abba_win_rate(letters, labels="model")
+  return out
 
 
 def save_json(obj: Any, path: str | os.PathLike) -> None:
