@@ -146,7 +146,8 @@ class StepJudge(abc.ABC):
 
 # ---- exact arithmetic ----------------------------------------------------------------------------
 
-_EQUATION = re.compile(r"\s*(-?\d{1,30})\s*(//|[-+*/×÷x])\s*(-?\d{1,30})\s*=\s*(-?\d{1,60})\s*\.?\s*")
+_EQUATION = re.compile(
+    r"\s*(-?\d{1,30})\s*(//|[-+*/×÷x])\s*(-?\d{1,30})\s*=\s*(-?\d{1,60})\s*\.?\s*")
 _DIVISIONS = ("floor", "trunc", "exact")
 
 
@@ -329,7 +330,8 @@ class OpenAIStepJudge(StepJudge):
                        f"max_concurrency={max_concurrency}, timeout_s={timeout_s}, "
                        f"max_retries={max_retries}, parse_retries={parse_retries}")
     self.model, self.base_url, self.api_key = model, base_url, api_key or "EMPTY"
-    self.timeout_s, self.max_retries, self.parse_retries = float(timeout_s), max_retries, parse_retries
+    self.timeout_s = float(timeout_s)
+    self.max_retries, self.parse_retries = int(max_retries), int(parse_retries)
     self.max_concurrency = int(max_concurrency)
     self.temperature, self.max_tokens, self.system_prompt = temperature, max_tokens, system_prompt
     self._client = self._executor = None

@@ -6,8 +6,8 @@ Text format (docs/CONTRACTS.md):
   <step 2>7 * 2 = 14</step>
   <final>14</final>
 
-Model text is never given to eval or sympify directly. An extracted answer is first screened (length,
-bracket depth, digit runs, power towers, big factorials), then parsed and compared by Hugging Face
+Model text is never given to eval or sympify directly. An extracted answer is first screened
+(length, bracket depth, digit runs, power towers, big factorials), then parsed and compared by Hugging Face
 `math-verify` under a sub-second time limit (a SIGALRM interval timer in the main thread; in other
 threads the caller's pool timeout is the guard, see `botjax.rewards.pool`). Anything that fails the
 screen, the parser or the clock scores as wrong.
@@ -93,7 +93,7 @@ def extract_answer(completion: str, *, max_chars: int = 256) -> str | None:
   return answer
 
 
-# ---- screening and bounded verification -----------------------------------------------------------
+# ---- screening and bounded verification ---------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class AnswerLimits:
@@ -206,13 +206,14 @@ def _math_verify():
   """Imports math-verify (and sympy, ~1 s) and warms its regex caches, outside any time limit."""
   import math_verify
   math_verify.parse("\\boxed{1}", parsing_timeout=None)
-  math_verify.parse("1", extraction_config=[math_verify.ExprExtractionConfig()], parsing_timeout=None)
+  math_verify.parse("1", extraction_config=[math_verify.ExprExtractionConfig()],
+                    parsing_timeout=None)
   return math_verify
 
 
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple:
-  """math-verify parse of an answer string as LaTeX (`\\boxed{text}`), then as a plain expression."""
+  """math-verify parse of an answer as LaTeX (`\\boxed{text}`), then as a plain expression."""
   parse, ExprExtractionConfig = _math_verify().parse, _math_verify().ExprExtractionConfig
   parsed = parse(f"\\boxed{{{text}}}", parsing_timeout=None)
   if not parsed or isinstance(parsed[0], str):
@@ -304,8 +305,8 @@ def format_score(completion: str, *, perfect: float = PERFECT_FORMAT_BONUS,
                  mismatched: float = MISMATCHED_TAGS_PENALTY) -> float:
   """The format term b_format of eq. 8.
 
-  b = perfect (+0.2) when the text is exactly `<step 1>…</step> … <step n>…</step> <final>…</final>`:
-  n ≥ 1 steps numbered 1..n in order, each closed (a closing tag may repeat the number), then
+  b = perfect (+0.2) when the text is exactly
+  `<step 1>…</step> … <step n>…</step> <final>…</final>`: n ≥ 1 steps numbered 1..n in order, each closed (a closing tag may repeat the number), then
   exactly one final, with only whitespace outside the tags. b = mismatched (−1.0) when the tags do
   not pair up: a closing tag with nothing (or something else) open, a tag opened inside another,
   a tag left open, a malformed tag (`<step x>`, `<final 2>`). b = 0 otherwise (no tags, wrong
@@ -397,7 +398,8 @@ class MathReward:
   PURE / VeriGate / process GRPO.
 
   Components: "answer" (1.0 if correct else 0.0), "format" (b_format), "steps" (mean verdict, 0
-  with no steps or judge), "num_steps", "judge_failures" (units whose judge call failed and scored 0).
+  with no steps or judge), "num_steps", "judge_failures" (units whose judge call failed and
+  scored 0).
 
   Args:
     judge: a StepJudge (ExactArithmeticJudge, OpenAIStepJudge, LocalModelJudge), or None for the

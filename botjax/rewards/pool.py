@@ -15,7 +15,8 @@ Kinds:
     work. `fn` and the results must pickle; workers start on first use and live until `close()`.
   "thread": daemon threads in this process: cheap, shares memory, for I/O-bound scorers (HTTP
     judges); a hung thread keeps running in the background until its call returns.
-  "inline": the calling thread, one item at a time, no timeout (debugging); failures still fall back.
+  "inline": the calling thread, one item at a time, no timeout (debugging); failures still fall
+    back.
 """
 from __future__ import annotations
 
@@ -296,7 +297,8 @@ class RewardPool:
       answers, block = [], True
       while True:
         try:
-          token, idx, status, value = self._outbox.get(block=block, timeout=wait_s if block else None)
+          token, idx, status, value = self._outbox.get(block=block,
+                                                        timeout=wait_s if block else None)
         except queue.Empty:
           return answers
         block = False

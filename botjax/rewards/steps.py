@@ -27,7 +27,7 @@ STRATEGIES = ("error_propagation", "context_aware", "independent")
 
 
 def windows(num_steps: int, window: int) -> list[tuple[int, int]]:
-  """Judged units as half-open step ranges [i, i+W), i = 0..n−W; [(0, n)] if 0 < n < W; [] if n = 0."""
+  """Judged units: half-open step ranges [i, i+W), i = 0..n−W; [(0, n)] if 0 < n < W; [] if n = 0."""
   if window < 1 or num_steps < 0:
     raise ValueError(f"need window >= 1 and num_steps >= 0, got window={window}, "
                      f"num_steps={num_steps}")
@@ -86,7 +86,8 @@ def judge_steps(judge: StepJudge, problem: str, step_texts: Sequence[str],
   return propagate_errors(verdicts) if strategy == "error_propagation" else list(verdicts)
 
 
-def _unit_sums(verdicts: Sequence[int], num_steps: int, window: int) -> tuple[list[float], list[int]]:
+def _unit_sums(verdicts: Sequence[int], num_steps: int,
+               window: int) -> tuple[list[float], list[int]]:
   units = windows(num_steps, window)
   if len(verdicts) != len(units):
     raise ValueError(f"{num_steps} steps with window {window} make {len(units)} units, got "

@@ -23,8 +23,9 @@ def tokenizer():
   tok.post_processor = processors.ByteLevel(trim_offsets=True)
   tok.decoder = decoders.ByteLevel()
   corpus = [TEXT, "<step 1>12 * 3 = 36</step>", "<final>42</final>", "the answer is 5"] * 20
-  tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, show_progress=False,
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  trainer = trainers.BpeTrainer(vocab_size=300, show_progress=False,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(corpus, trainer)
   return tok
 
 

@@ -179,7 +179,8 @@ def test_math_reward_with_llm_judge_in_a_pool(server):
   text = "".join(f"<step {i}>{s}</step>\n" for i, s in enumerate(STEPS, 1)) + "<final>10</final>"
   exact = MathReward(ExactArithmeticJudge(division="floor"))
   with RewardPool(reward, num_workers=2, timeout_s=10.0, kind="thread") as pool:
-    results = pool(["p"] * 2, [text, "\\boxed{9}"], [{"answer": "9", "step_values": [7, 14, 9]}] * 2)
+    meta = [{"answer": "9", "step_values": [7, 14, 9]}] * 2
+    results = pool(["p"] * 2, [text, "\\boxed{9}"], meta)
   assert [s for _, _, s in results[0].steps] == [1.0, -1.0, 0.0]
   assert results[0].reward == pytest.approx(0.2)  # wrong answer, perfect format
   assert results[1].reward == 3.0 and results[1].steps == [(0, 9, 1.0)]  # one free-form step

@@ -1,4 +1,4 @@
-"""RewardPool: exceptions, hangs past the timeout, NaN and dead workers fall back; the batch completes.
+"""RewardPool: exceptions, hangs past the timeout, NaN, dead workers fall back; the batch completes.
 
 The scorers live at module level so that spawned worker processes can unpickle them; this module
 imports nothing heavy, since every spawned worker imports it.

@@ -1,4 +1,5 @@
-"""Step windows, judging strategies, the exact arithmetic judge, MathReward (eq. 8), local judges."""
+"""Step windows, judging strategies, the exact arithmetic judge, MathReward (eq. 8),
+local judges."""
 import numpy as np
 import pytest
 
@@ -113,7 +114,8 @@ def test_spans_and_scores_over_windows():
 
 
 def solution(steps, final):
-  return "".join(f"<step {i}>{s}</step>\n" for i, s in enumerate(steps, 1)) + f"<final>{final}</final>"
+  body = "".join(f"<step {i}>{s}</step>\n" for i, s in enumerate(steps, 1))
+  return body + f"<final>{final}</final>"
 
 
 def test_math_reward_eq8_golden():
@@ -170,7 +172,8 @@ def test_local_judge_thresholds_and_failures():
   assert broken.judge(reqs) == [0, 0, 0]
   assert broken.metrics() == {"judge_calls": 3, "judge_failures": 3,
                               "judge_consecutive_failures": 3}
-  with pytest.raises(JudgeUnavailable, match=r"LocalModelJudge.*6 times in a row \(max_consecutive_failures=5\).*nan"):
+  pattern = r"LocalModelJudge.*6 times in a row \(max_consecutive_failures=5\).*nan"
+  with pytest.raises(JudgeUnavailable, match=pattern):
     broken.judge(reqs)
   with pytest.raises(ValueError, match="incorrect_at"):
     LocalModelJudge(lambda t: t, correct_at=0.2, incorrect_at=0.4)
@@ -210,7 +213,8 @@ def test_local_model_judge_runs_a_botjax_model():
   render = lambda r: f"{r.problem}\n{r.unit[0]}\nok?"
   judge = LocalModelJudge.from_model(model, encode, yes_id=yes, no_id=no, bucket=16,
                                      correct_at=0.5001, incorrect_at=0.4999, render=render)
-  reqs = [JudgeRequest(problem="2+2", steps=(s,), first=0, last=1) for s in ("2 + 2 = 4", "2 + 2 = 5")]
+  reqs = [JudgeRequest(problem="2+2", steps=(s,), first=0, last=1)
+          for s in ("2 + 2 = 4", "2 + 2 = 5")]
   texts = [render(r) for r in reqs]
   assert len(texts[0]) == len(texts[1])  # one unpadded oracle shape, one compile
   probs = judge.score_fn(texts)
