@@ -257,7 +257,12 @@ class RewardPool:
         for slot, worker in enumerate(self._workers):
           if slot not in running and pending and worker.ready:
             idx = pending.popleft()
-            worker.submit((idx, *items[idx]))
+            try:
+              worker.submit((idx, *items[idx]))
+            except OSError:  # an idle process worker died (OOM killer, ...): a new one takes over
+              pending.appendleft(idx)
+              self._replace(slot)
+              continue
             running[slot] = (idx, time.monotonic() + self.timeout_s)
         # Sleep until the first deadline, or (nothing running: every idle worker is starting)
         # until a worker reports ready.

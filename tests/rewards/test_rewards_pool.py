@@ -112,3 +112,14 @@ def test_math_reward_in_process_workers():
   assert [r.components["answer"] for r in results] == [1.0, 0.0, 0.0, 1.0]
   assert results[0].token_spans == [(0, 24, 0.25), (25, 50, 0.25)]  # w_s / 2 steps
   assert pool.metrics()["failures"] == 0
+
+
+def test_idle_process_worker_killed_between_batches():
+  with RewardPool(SCORER, num_workers=1, timeout_s=5.0, kind="process") as pool:
+    assert pool(["p"], ["ab"], [{}])[0].reward == 2.0
+    worker = pool._workers[0].proc
+    worker.kill()
+    worker.join()
+    results = pool(["p"] * 2, ["abc", "a"], [{}] * 2)
+    assert [r.reward for r in results] == [3.0, 1.0] and not any(r.failed for r in results)
+    assert pool.metrics()["worker_restarts"] == 1
