@@ -126,3 +126,19 @@ def test_line_penalties_become_token_rewards_with_a_real_tokenizer():
   assert token_values.min() == pytest.approx(-0.5)
   with pytest.raises(ValueError, match="one per code line"):
     P.line_spans_of(values[:-1], ext)
+
+
+_PROSE = st.text(st.sampled_from("abc XYZ.,!?\n"), max_size=40).filter(lambda s: "```" not in s)
+_CODE_LINES = st.lists(st.sampled_from(["const a = 1;", "  return <p>hi</p>;", "", "}", "// x"]),
+                       min_size=1, max_size=8)
+
+
+@given(_PROSE, _CODE_LINES, _PROSE)
+def test_fenced_extraction_property(before, code_lines, after):
+  code = "export default function App() {\n" + "\n".join(code_lines)
+  text = f"{before}\n```tsx\n{code}\n```\n{after}"
+  ext = E.extract_component(text)
+  assert ext.code == code and ext.num_lines == len(code.split("\n"))
+  for i, line in enumerate(code.split("\n")):
+    a, b = ext.code_line_span(i)
+    assert text[a:b].rstrip("\n") == line

@@ -136,3 +136,10 @@ def test_bad_arguments_and_oversized_source(pool, monkeypatch):
   monkeypatch.undo()
   [res] = pool.check(["x" * (pool.max_source_chars + 1)])
   assert not res.ok and "over the limit" in res.error
+
+
+def test_check_toolchain_reports_pinned_versions():
+  versions = tc.check_toolchain()
+  assert versions["esbuild"] == "0.28.2" and versions["typescript"] == "6.0.3"
+  assert versions["eslint"] == "9.39.5" and os.path.exists(versions["chromium"])
+  assert versions["playwright"].startswith("1.65")

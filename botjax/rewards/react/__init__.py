@@ -64,12 +64,13 @@ from botjax.rewards.react.toolchain import (
     LintMessage,
     NodePool,
     ToolchainError,
+    check_toolchain,
     find_chromium,
     find_node,
 )
 
 __all__ = [
-    "SYSTEM_PROMPT", "ReactPrompt", "abba_outcome", "builtin_prompts", "chat_messages",
+    "SYSTEM_PROMPT", "ReactPrompt", "abba_outcome", "check_toolchain", "builtin_prompts", "chat_messages",
     "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
     "load_prompts_jsonl", "pairwise_win_rate", "plot_compile_rate", "plot_win_rates", "save_json",
     "split_prompts", "validate_prompts", "win_rate",

@@ -374,11 +374,13 @@ class Renderer:
       await page.wait_for_timeout(self.settle_ms)
     status = await page.evaluate("({state: window.__botjax.state, error: window.__botjax.error,"
                                  " network: window.__botjax.network,"
-                                 " console: window.__botjax.console || 0})")
+                                 " console: window.__botjax.console || 0,"
+                                 " text: document.body ? document.body.innerText.slice(0, 2000)"
+                                 " : ''})")
     state["console"] = max(state["console"], int(status["console"]))
     state["network"].extend(status["network"] or [])
+    text = status["text"]
     png = await page.screenshot(type="png", timeout=self.timeout_s * 1000)
-    text = await page.evaluate("document.body ? document.body.innerText.slice(0, 2000) : ''")
     blank = is_blank(png)
     error = None
     if status["state"] == "error":

@@ -30,7 +30,7 @@ from botjax.rewards.react import penalties as P
 from botjax.rewards.react.extract import ExtractedCode, extract_component
 from botjax.rewards.react.judges import NON_REACT_SCORE, CodeJudge, CodeVerdict, VLMJudge, VLMVerdict
 from botjax.rewards.react.render import Renderer, RenderResult
-from botjax.rewards.react.toolchain import ALLOWED_MODULES, CompileResult, NodePool
+from botjax.rewards.react.toolchain import ALLOWED_MODULES, CompileResult, NodePool, ToolchainError
 
 COMPONENTS = ("compile", "render", "lint", "judge", "vlm")
 
@@ -199,9 +199,17 @@ class ReactReward:
     for i, r in zip(idx, self.compile(codes) if codes else []):
       compiled[i] = r
     rendered: list[RenderResult | None] = [None] * len(completions)
+    broken: dict[int, str] = {}
     if c.render:
       ok = [i for i in idx if compiled[i].ok and compiled[i].bundle]
-      for i, r in zip(ok, self.render([compiled[i] for i in ok]) if ok else []):
+      try:
+        out = self.render([compiled[i] for i in ok]) if ok else []
+      except ToolchainError:
+        raise
+      except Exception as e:  # noqa: BLE001 - a broken browser fails its items, not the run
+        out = [RenderResult(ok=False, error=f"renderer failed: {e}"[:500]) for _ in ok]
+        broken.update((i, out[0].error) for i in ok)
+      for i, r in zip(ok, out):
         rendered[i] = r
     code_verdicts: list[CodeVerdict | None] = [None] * len(completions)
     if code_future is not None:
@@ -216,8 +224,12 @@ class ReactReward:
                                         [extracted[i].code for i in shown])
         for i, v in zip(shown, verdicts):
           vlm_verdicts[i] = v
-    return [self._compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
-                          vlm_verdicts[i]) for i in range(len(completions))]
+    scores = [self._compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
+                            vlm_verdicts[i]) for i in range(len(completions))]
+    for i, error in broken.items():  # infrastructure failures are fallbacks, flagged as such
+      scores[i] = dataclasses.replace(
+          scores[i], result=dataclasses.replace(scores[i].result, failed=True, error=error))
+    return scores
 
   def _compose(self, ext: ExtractedCode | None, comp: CompileResult | None,
                rend: RenderResult | None, code_v: CodeVerdict | None,

@@ -129,6 +129,7 @@ class NodeWorker:
     self.proc: subprocess.Popen | None = None
     self.tmpdir: str | None = None
     self.restarts = -1
+    self.versions: dict[str, str] = {}
     self._lines: queue.Queue = queue.Queue()
     self._next_id = 0
 
@@ -136,11 +137,11 @@ class NodeWorker:
     self.tmpdir = tempfile.mkdtemp(prefix="botjax-node-")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.tmpdir,
            "TMPDIR": self.tmpdir, "NODE_ENV": "production"}
-    self.proc = subprocess.Popen(
-        [self.node, f"--max-old-space-size={self.memory_mb}", str(WORKER_SCRIPT)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=open(os.path.join(self.tmpdir, "stderr.log"), "wb"),
-        cwd=self.tmpdir, env=env, start_new_session=True)
+    with open(os.path.join(self.tmpdir, "stderr.log"), "wb") as stderr:
+      self.proc = subprocess.Popen(
+          [self.node, f"--max-old-space-size={self.memory_mb}", str(WORKER_SCRIPT)],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+          cwd=self.tmpdir, env=env, start_new_session=True)
     self._lines = queue.Queue()
     threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()
     self.restarts += 1
@@ -153,6 +154,7 @@ class NodeWorker:
       self.kill()
       raise ToolchainError(f"the Node toolchain worker did not start: {detail or 'no output'}; "
                            f"{INSTALL_HINT}")
+    self.versions = {k: v for k, v in json.loads(hello).items() if k != "ready"}
 
   @staticmethod
   def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
@@ -338,3 +340,30 @@ class NodePool:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+def check_toolchain(*, node: str | None = None, chromium: str | None = None,
+                    render: bool = True) -> dict[str, str]:
+  """Checks that the React reward can run here and returns the versions it found.
+
+  Starts one Node worker (esbuild, ESLint, TypeScript, Tailwind) and, when `render`, checks that
+  Chromium and Playwright are present.
+
+  Raises:
+    ToolchainError: naming what is missing and how to install it.
+  """
+  worker = NodeWorker(find_node(node))
+  try:
+    worker.request({"op": "modules"}, timeout_s=60)
+    versions = dict(worker.versions)
+  finally:
+    worker.kill()
+  if render:
+    versions["chromium"] = find_chromium(chromium)
+    try:
+      from importlib.metadata import version
+      versions["playwright"] = version("playwright")
+    except Exception as e:  # noqa: BLE001 - PackageNotFoundError and broken metadata alike
+      raise ToolchainError("rendering needs playwright: `pip install 'playwright>=1.65,<1.66'` "
+                           "(no `playwright install` needed; Chromium comes from Debian)") from e
+  return versions
