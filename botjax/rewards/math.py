@@ -55,13 +55,17 @@ def _balanced_group(text: str, open_pos: int, max_chars: int) -> int | None:
 def extract_boxed(text: str, *, max_chars: int = 256) -> str | None:
   """Content of the last `\\boxed{...}` (nested braces allowed), or None.
 
-  The scan for the closing brace stops after max_chars characters, so a megabyte of braces costs
-  max_chars steps and yields None.
+  Every scan is bounded: the closing brace is looked for in the next max_chars characters, at
+  most 8 spaces may precede the brace, and only the last 64 occurrences of `\\boxed` are tried; so
+  a megabyte of braces or of `\\boxed` costs microseconds and yields None.
   """
   pos = text.rfind("\\boxed")
-  while pos >= 0:
+  for _ in range(64):
+    if pos < 0:
+      break
     brace = pos + len("\\boxed")
-    while brace < len(text) and text[brace] == " ":
+    limit = min(len(text), brace + 8)
+    while brace < limit and text[brace] == " ":
       brace += 1
     if brace < len(text) and text[brace] == "{":
       end = _balanced_group(text, brace, max_chars)
@@ -411,6 +415,7 @@ class MathReward:
     perfect_format, mismatched_format: the format term's values (+0.2, −1.0).
     integer_answers: None decides per reference (AIME integers compared exactly), or force it.
     limits: screening and time limits of answer checking.
+    max_judged_units: judge at most this many units per completion; later ones score 0.
 
   Metadata per item: "answer" (required), "problem" (optional; the prompt otherwise), plus whatever
   the judge reads (e.g. "step_values").
@@ -423,7 +428,8 @@ class MathReward:
                strategy: str = "error_propagation", window: int = 1,
                perfect_format: float = PERFECT_FORMAT_BONUS,
                mismatched_format: float = MISMATCHED_TAGS_PENALTY,
-               integer_answers: bool | None = None, limits: AnswerLimits = AnswerLimits()):
+               integer_answers: bool | None = None, limits: AnswerLimits = AnswerLimits(),
+               max_judged_units: int = 64):
     if strategy not in STRATEGIES:
       raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if int(window) < 1:
@@ -434,6 +440,7 @@ class MathReward:
     self.perfect_format, self.mismatched_format = float(perfect_format), float(mismatched_format)
     self.integer_answers = integer_answers
     self.limits = limits
+    self.max_judged_units = int(max_judged_units)
 
   def score(self, prompt: str, completion: str, meta: Mapping[str, Any]) -> RewardResult:
     """Scores one completion (see the class docstring)."""
@@ -451,7 +458,8 @@ class MathReward:
     steps = segment_steps(completion)
     stats = JudgeStats()
     verdicts = judge_steps(self.judge, str(meta.get("problem", prompt)), [s.text for s in steps],
-                           meta, strategy=self.strategy, window=self.window, stats=stats)
+                           meta, strategy=self.strategy, window=self.window, stats=stats,
+                           max_units=self.max_judged_units)
     spans = [(s.start, s.end) for s in steps]
     components.update(
         steps=float(sum(verdicts) / len(verdicts)) if verdicts else 0.0,

@@ -49,11 +49,13 @@ def propagate_errors(verdicts: Sequence[int]) -> list[int]:
 
 def judge_steps(judge: StepJudge, problem: str, step_texts: Sequence[str],
                 metadata: Mapping[str, Any], *, strategy: str = "error_propagation",
-                window: int = 1, stats: JudgeStats | None = None) -> list[int]:
+                window: int = 1, stats: JudgeStats | None = None,
+                max_units: int | None = None) -> list[int]:
   """Verdicts e ∈ {+1, 0, −1}, one per judged unit (see the module docstring).
 
   A unit whose judge call fails scores 0 and is counted in `stats` (and in the judge's metrics);
-  the judge raises JudgeUnavailable after too many consecutive failures.
+  the judge raises JudgeUnavailable after too many consecutive failures. Units past `max_units`
+  are not sent to the judge and score 0 (a runaway completion must not cost thousands of calls).
 
   Args:
     judge: the StepJudge.
@@ -63,14 +65,19 @@ def judge_steps(judge: StepJudge, problem: str, step_texts: Sequence[str],
     strategy: one of STRATEGIES.
     window: W, steps per unit.
     stats: optional per-call counters.
+    max_units: judge at most this many units (None: all).
 
   Returns:
     list of len(windows(n, window)) ints.
   """
   if strategy not in STRATEGIES:
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+  if max_units is not None and max_units < 0:
+    raise ValueError(f"max_units must be >= 0 or None, got {max_units}")
   steps = tuple(step_texts)
   units = windows(len(steps), window)
+  unjudged = [0] * max(0, len(units) - (len(units) if max_units is None else max_units))
+  units = units[:len(units) - len(unjudged)]
 
   def request(first, last, prior):
     context = () if strategy == "independent" else steps[:first]
@@ -81,9 +88,11 @@ def judge_steps(judge: StepJudge, problem: str, step_texts: Sequence[str],
     verdicts: list[int] = []
     for first, last in units:
       verdicts.extend(judge.judge([request(first, last, tuple(verdicts))], stats=stats))
-    return verdicts
+    return verdicts + unjudged
   verdicts = judge.judge([request(first, last, None) for first, last in units], stats=stats)
-  return propagate_errors(verdicts) if strategy == "error_propagation" else list(verdicts)
+  if strategy == "error_propagation":
+    verdicts = propagate_errors(verdicts)
+  return list(verdicts) + unjudged
 
 
 def _unit_sums(verdicts: Sequence[int], num_steps: int,

@@ -102,6 +102,16 @@ def test_strategies(strategy, window, expected):
                                                           for i in range(len(units))]
 
 
+def test_max_units_caps_judge_calls():
+  judge = RecordingJudge()
+  many = ["3 + 4 = 7"] * 1000  # a runaway completion
+  verdicts = judge_steps(judge, "p", many, META, strategy="independent", max_units=4)
+  assert len(judge.requests) == 4 and verdicts == [1, -1, -1, -1] + [0] * 996
+  r = MathReward(judge, max_judged_units=3).score("p", solution(many[:10], 7), META)
+  assert len(judge.requests) == 4 + 3
+  assert [s for _, _, s in r.steps] == [1.0, -1.0, 0.0] + [0.0] * 7  # error propagation
+
+
 def test_spans_and_scores_over_windows():
   spans = [(0, 5), (6, 10), (11, 15), (16, 20), (21, 25)]
   verdicts = [1, -1, -1, 1]  # W = 2: units (0,2) (1,3) (2,4) (3,5)
