@@ -282,15 +282,26 @@ def parse_verdict(reply: str | None) -> int:
 
 
 def render_request(req: JudgeRequest) -> str:
-  """The user message for one judged unit (see JUDGE_SYSTEM_PROMPT)."""
+  """The user message for one judged unit (see JUDGE_SYSTEM_PROMPT).
+
+  Layout: the problem; the earlier steps (unless the strategy hides them); for "context_aware",
+  the judge's earlier verdicts (beside each step when units are single steps, else one line per
+  earlier unit, unit j covering steps j+1..j+W); the steps to grade, numbered as in the solution.
+  """
+  width = req.last - req.first
+  prior = req.prior_verdicts or ()
   lines = [f"Problem:\n{req.problem.strip()}", ""]
   if req.context:
     lines.append("Earlier steps:")
     for i, text in enumerate(req.context, 1):
       verdict = ""
-      if req.prior_verdicts is not None and i <= len(req.prior_verdicts):
-        verdict = f"   [your earlier verdict: {req.prior_verdicts[i - 1]:+d}]"
+      if width == 1 and i <= len(prior):
+        verdict = f"   [your earlier verdict: {prior[i - 1]:+d}]"
       lines.append(f"Step {i}: {text.strip()}{verdict}")
+    lines.append("")
+  if width > 1 and prior:
+    lines.append("Your earlier verdicts:")
+    lines.extend(f"Steps {j + 1}-{j + width}: {v:+d}" for j, v in enumerate(prior))
     lines.append("")
   lines.append("Steps to grade:")
   lines.extend(f"Step {i + 1}: {req.steps[i].strip()}" for i in range(req.first, req.last))

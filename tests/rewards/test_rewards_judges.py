@@ -129,6 +129,16 @@ def test_verdicts_and_prompts(server):
   assert judge.metrics()["judge_failures"] == 0
 
 
+def test_context_aware_windows_list_unit_verdicts(server):
+  judge = _judge(server)
+  start = len(server.requests)
+  steps = STEPS + ["10 * 1 = 10"]
+  assert judge_steps(judge, "p", steps, {}, strategy="context_aware", window=2) == [-1, -1, 1]
+  last = server.requests[start:][2]["messages"][1]["content"]
+  assert "Your earlier verdicts:\nSteps 1-2: -1\nSteps 2-3: -1" in last
+  assert "Steps to grade:\nStep 3: 15 - 5 = 10\nStep 4: 10 * 1 = 10" in last
+
+
 def test_bounded_concurrency(server):
   server.delay_s = 0.2
   try:
