@@ -34,7 +34,7 @@ class RewardResult:
 
   Attributes:
     reward: the global (sequence) reward G_k.
-    components: named parts of the reward, for logging (e.g. {"answer": 3.0, "format": 0.2}).
+    components: named parts of the reward, for logging (e.g. {"answer": 1.0, "format": 0.2}).
     token_spans: (char_start, char_end, value) triples; every token whose first character lies in
       [char_start, char_end) receives `value`; overlapping spans add (see `spans_to_token_values`).
     steps: (char_start, char_end, score) per reasoning step, in order, or None when the function
@@ -50,11 +50,14 @@ class RewardResult:
   error: str | None = None
 
   def is_finite(self) -> bool:
-    """True when the reward, every component, span value and step score is finite."""
-    values = [self.reward, *self.components.values(), *(v for _, _, v in self.token_spans)]
-    if self.steps is not None:
-      values.extend(s for _, _, s in self.steps)
-    return all(math.isfinite(float(v)) for v in values)
+    """True when the reward, every component, span value and step score is a finite number."""
+    try:
+      values = [self.reward, *self.components.values(), *(v for _, _, v in self.token_spans)]
+      if self.steps is not None:
+        values.extend(s for _, _, s in self.steps)
+      return all(math.isfinite(float(v)) for v in values)
+    except (TypeError, ValueError):  # a non-number, or a span that is not a triple
+      return False
 
 
 @runtime_checkable

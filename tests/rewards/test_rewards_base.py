@@ -124,6 +124,9 @@ def test_results_and_combine():
   with pytest.raises(TypeError, match="RewardResult or a number"):
     as_result("1.0")
   assert not RewardResult(1.0, {"a": float("inf")}).is_finite()
+  assert not RewardResult(1.0, {"a": "high"}).is_finite()
+  assert not RewardResult(1.0, steps=[(0, 1)]).is_finite()
+  assert RewardResult(1.0, {"a": 2}, [(0, 1, 0.5)], steps=[(0, 1, -1.0)]).is_finite()
   a = batched(lambda p, c, m: RewardResult(1.0, {"x": 2.0}, [(0, 3, 0.5)], steps=[(0, 3, 1.0)]))
   b = batched(lambda p, c, m: len(c))
   fn = combine({"a": a, "b": b}, {"a": 2.0, "b": -1.0})
