@@ -119,7 +119,8 @@ def test_hostile_components_are_contained(pool, renderer):
   assert "root:" not in results["file"].text and "blocked" in results["file"].text
   assert "time limit" in results["loop"].error
   assert "crashed" in results["heap_bomb"].error or "time limit" in results["heap_bomb"].error
-  assert results["buffer_bomb"].error
+  # ArrayBuffers live outside the V8 heap: the resident-memory watchdog kills that renderer
+  assert "crashed" in results["buffer_bomb"].error and renderer.renderer_kills >= 1
   assert "console flood" in results["console_flood"].error
   assert results["console_flood"].console_count == 100000
   assert "network access blocked" in results["navigate"].error

@@ -240,19 +240,23 @@ class Renderer:
       return self._browser
 
   def _browser_pids(self) -> list[int]:
-    """Pids of this renderer's Chromium processes: descendants whose TMPDIR is our directory."""
+    """Pids of this renderer's Chromium processes: the browser (our descendant whose TMPDIR is
+    our directory; its zygote and renderers get a cleaned environment) and all its descendants."""
     if not self._tmpdir:
       return []
     marker = f"TMPDIR={self._tmpdir}".encode() + b"\0"
-    pids = []
+    pids: set[int] = set()
     for pid in _descendants(os.getpid()):
+      if pid in pids:
+        continue
       try:
         with open(f"/proc/{pid}/environ", "rb") as f:
           if marker in f.read():
-            pids.append(pid)
+            pids.add(pid)
+            pids.update(_descendants(pid))
       except OSError:
         continue
-    return pids
+    return sorted(pids)
 
   async def _kill_browser(self) -> None:
     browser, self._browser = self._browser, None
