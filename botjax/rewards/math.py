@@ -7,10 +7,11 @@ Text format (docs/CONTRACTS.md):
   <final>14</final>
 
 Model text is never given to eval or sympify directly. An extracted answer is first screened
-(length, bracket depth, digit runs, power towers, big factorials), then parsed and compared by Hugging Face
-`math-verify` under a sub-second time limit (a SIGALRM interval timer in the main thread; in other
-threads the caller's pool timeout is the guard, see `botjax.rewards.pool`). Anything that fails the
-screen, the parser or the clock scores as wrong.
+(length, bracket depth, digit runs, power towers, big factorials), then parsed and compared by
+Hugging Face `math-verify` under a time limit (a SIGALRM interval timer in the main thread, 1 s by
+default; in other threads the caller's pool timeout is the guard, see `botjax.rewards.pool`).
+Screened-out answers cost microseconds to milliseconds. Anything that fails the screen, the
+parser or the clock scores as wrong.
 
 `MathReward` is the AIME reward of BoT-GRPO (eq. 8, ALGORITHMS.md §6).
 """
@@ -310,11 +311,12 @@ def format_score(completion: str, *, perfect: float = PERFECT_FORMAT_BONUS,
   """The format term b_format of eq. 8.
 
   b = perfect (+0.2) when the text is exactly
-  `<step 1>…</step> … <step n>…</step> <final>…</final>`: n ≥ 1 steps numbered 1..n in order, each closed (a closing tag may repeat the number), then
-  exactly one final, with only whitespace outside the tags. b = mismatched (−1.0) when the tags do
-  not pair up: a closing tag with nothing (or something else) open, a tag opened inside another,
-  a tag left open, a malformed tag (`<step x>`, `<final 2>`). b = 0 otherwise (no tags, wrong
-  numbering, text between blocks, a missing or repeated final).
+  `<step 1>…</step> … <step n>…</step> <final>…</final>`: n ≥ 1 steps numbered 1..n in order,
+  each closed (a closing tag may repeat the number), then exactly one final, with only whitespace
+  outside the tags. b = mismatched (−1.0) when the tags do not pair up: a closing tag with nothing
+  (or something else) open, a tag opened inside another, a tag left open, a malformed tag
+  (`<step x>`, `<final 2>`). b = 0 otherwise (no tags, wrong numbering, text between blocks, a
+  missing or repeated final).
 
   Returns:
     The bonus as a float.

@@ -229,7 +229,8 @@ class RewardPool:
     if status in ("error", "dead"):
       return self._fallback("exceptions", value)
     if not value.is_finite():
-      return self._fallback("nonfinite", f"non-finite reward {value.reward!r}")
+      return self._fallback("nonfinite",
+                            f"non-finite or malformed result (reward {value.reward!r})")
     return value
 
   def __call__(self, prompts: Sequence[str], completions: Sequence[str],

@@ -27,7 +27,7 @@ STRATEGIES = ("error_propagation", "context_aware", "independent")
 
 
 def windows(num_steps: int, window: int) -> list[tuple[int, int]]:
-  """Judged units: half-open step ranges [i, i+W), i = 0..n−W; [(0, n)] if 0 < n < W; [] if n = 0."""
+  """Judged units: step ranges [i, i+W), i = 0..n−W; [(0, n)] if 0 < n < W; [] if n = 0."""
   if window < 1 or num_steps < 0:
     raise ValueError(f"need window >= 1 and num_steps >= 0, got window={window}, "
                      f"num_steps={num_steps}")
