@@ -149,3 +149,30 @@ def test_import_is_light():
           "if m in sys.modules))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"
+
+
+def token_step_oracle(steps, starts):
+  """The spec, read literally: the step holding the first character; in a gap the step before;
+  after the last step the last step; before the first step -1."""
+  out = []
+  for s in starts:
+    holding = [k for k, (a, b, _) in enumerate(steps) if a <= s < b]
+    before = [k for k, (_, b, _) in enumerate(steps) if b <= s]
+    out.append(holding[0] if holding else (before[-1] if before else -1))
+  return out
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), max_size=5),
+       st.lists(st.integers(0, 3), min_size=1, max_size=12))
+def test_token_step_matches_spec_oracle(gaps_and_widths, token_widths):
+  steps, pos = [], 0
+  for gap, width in gaps_and_widths:  # ordered, non-overlapping steps with gaps
+    steps.append((pos + gap, pos + gap + width, 1.0))
+    pos += gap + width
+  starts = np.cumsum([0, *token_widths[:-1]])
+  offsets = [(int(s), int(s + w)) for s, w in zip(starts, token_widths)]
+  _, mask, token_step = steps_to_arrays([steps], [offsets], 12, 5)
+  assert mask[0].sum() == len(steps)
+  expected = token_step_oracle(steps, starts) if steps else [-1] * len(starts)
+  np.testing.assert_array_equal(token_step[0, :len(offsets)], expected)
+  np.testing.assert_array_equal(token_step[0, len(offsets):], -1)
