@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from botjax.rewards.base import spans_to_token_values
+from botjax.rewards.react import evaluate as ev
 from botjax.rewards.react import judges as J
 from botjax.rewards.react import render as R
 from botjax.rewards.react import toolchain as tc
@@ -174,3 +175,16 @@ def test_react_reward_end_to_end_with_judges(pool, renderer):
   assert prose.result.reward == pytest.approx(-1.0 - 0.3 - 0.3) and prose.result.token_spans == []
   assert blank.result.components["render"] == -1.0 and not blank.compiles_and_renders
   assert [r.reward for r in results] == pytest.approx([s.result.reward for s in scores])
+
+
+def test_compile_rate_on_held_out_rollouts(pool, renderer):
+  broken = "export default function App() {\n  return <div>\n}"
+  rollouts = [f"```tsx\n{GOOD}\n```", f"```tsx\n{broken}\n```", f"```tsx\n{BLANK}\n```",
+              "no code"]
+  with ReactReward(ReactRewardConfig(lint=False), pool=pool, renderer=renderer) as fn:
+    res = ev.evaluate_compile_rate(fn, ["p"] * 4, rollouts)
+  assert res["compile_rate"] == 0.25 and res["n"] == 4
+  reasons = [item["reason"] for item in res["items"]]
+  assert reasons[0] is None and reasons[1].startswith("compile:")
+  assert reasons[2].startswith("render: blank") and reasons[3] == "no component"
+  assert [item["ok"] for item in res["items"]] == [True, False, False, False]

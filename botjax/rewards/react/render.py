@@ -195,6 +195,7 @@ class Renderer:
     self._browser = None
     self._tmpdir: str | None = None
     self._closed = False
+    self._launched = False
     self._loop = asyncio.new_event_loop()
     self._thread = threading.Thread(target=self._loop.run_forever, name="botjax-render",
                                     daemon=True)
@@ -234,9 +235,20 @@ class Renderer:
       self._tmpdir = tempfile.mkdtemp(prefix="botjax-chromium-")
       env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self._tmpdir,
              "TMPDIR": self._tmpdir}
-      self._browser = await self._pw.chromium.launch(
-          executable_path=self.chromium, headless=True, args=self._args(), env=env,
-          downloads_path=self._tmpdir, timeout=60_000)
+      try:
+        self._browser = await self._pw.chromium.launch(
+            executable_path=self.chromium, headless=True, args=self._args(), env=env,
+            downloads_path=self._tmpdir, timeout=60_000)
+      except Exception as e:
+        shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._tmpdir = None
+        if not self._launched:  # never worked here: a setup problem, say so
+          raise ToolchainError(f"Chromium at {self.chromium} did not start under Playwright: "
+                               f"{str(e).splitlines()[0] if str(e) else e!r}; install Debian's "
+                               "`chromium` or point chromium= / BOTJAX_CHROMIUM at a working "
+                               "Chromium") from e
+        raise
+      self._launched = True
       return self._browser
 
   def _browser_pids(self) -> list[int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -118,6 +119,7 @@ class ReactScore:
 
   @property
   def screenshot(self) -> bytes | None:
+    """PNG of a successful render, else None."""
     return self.rendered.screenshot if self.rendered and self.rendered.ok else None
 
 
@@ -148,19 +150,27 @@ class ReactReward:
     self._renderer: Renderer | None = renderer
     self._owns_pool = pool is None
     self._owns_renderer = renderer is None
+    self._lock = threading.Lock()
     self._judge_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="botjax-rj")
     self.__name__ = "react"
 
   @property
   def pool(self) -> NodePool:
-    if self._pool is None:
-      c = self.config
-      self._pool = NodePool(c.node_workers, timeout_s=c.compile_timeout_s,
-                            memory_mb=c.node_memory_mb, allowed_modules=c.allowed_modules)
-    return self._pool
+    """The Node toolchain pool (started on first use)."""
+    with self._lock:
+      if self._pool is None:
+        c = self.config
+        self._pool = NodePool(c.node_workers, timeout_s=c.compile_timeout_s,
+                              memory_mb=c.node_memory_mb, allowed_modules=c.allowed_modules)
+      return self._pool
 
   @property
   def renderer(self) -> Renderer:
+    """The browser pool (started on first use)."""
+    with self._lock:
+      return self._get_renderer()
+
+  def _get_renderer(self) -> Renderer:
     if self._renderer is None:
       c = self.config
       self._renderer = Renderer(chromium=c.chromium, concurrency=c.render_concurrency,
