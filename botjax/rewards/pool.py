@@ -25,6 +25,7 @@ import itertools
 import math
 import multiprocessing
 import multiprocessing.connection
+import pickle
 import queue
 import threading
 import time
@@ -168,6 +169,13 @@ class RewardPool:
       raise ValueError("weights are only used when fns is a mapping name -> RewardFn")
     if not callable(fns):
       raise TypeError(f"fns must be a RewardFn or a mapping of them, got {fns!r}")
+    if kind == "process":
+      try:
+        pickle.dumps(fns)
+      except Exception as e:
+        raise TypeError(f"kind='process' sends the reward function to worker processes, but "
+                        f"{fns!r} cannot be pickled ({type(e).__name__}: {e}); define it at module "
+                        f"level, or use kind='thread'") from e
     self.fn = fns
     self.num_workers = int(num_workers)
     self.timeout_s = float(timeout_s)

@@ -93,6 +93,8 @@ def test_bad_arguments():
     RewardPool(SCORER, timeout_s=math.inf)
   with pytest.raises(ValueError, match="num_workers"):
     RewardPool(SCORER, num_workers=0)
+  with pytest.raises(TypeError, match="cannot be pickled"):
+    RewardPool(batched(lambda p, c, m: 1.0), kind="process")
   with pytest.raises(ValueError, match="same length"):
     RewardPool(SCORER, kind="inline")(["p"], ["a", "b"], [{}])
 
