@@ -291,19 +291,24 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   ref = ops.gather_groups(jnp.where(jnp.isfinite(ref_g), ref_g, 0.0), group_ids)   # [B]
   x = jnp.where(mask, r - ref[:, None], 0.0)                       # [B, T]
 
-  # One pass over the tokens: per-row count, Σx and Σx² (fused); then segment sums over rows.
-  length = jnp.sum(mask, axis=-1, dtype=jnp.float32)              # [B]
+  # One pass over the tokens: per-row count, Σx and Σx² as a single variadic reduction (XLA
+  # CPU runs three separate row sums several times slower); then segment sums over rows.
+  zero = jnp.zeros((), jnp.float32)
+  length, row_s1, row_s2 = jax.lax.reduce(
+      (mask.astype(jnp.float32), x, x * x), (zero, zero, zero),
+      lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2]), (1,))  # [B] each
   inv_len = 1.0 / jnp.maximum(length, 1.0)
-  row_m1 = jnp.sum(x, axis=-1) * inv_len                           # (1/L_k) Σ_t x
-  row_m2 = jnp.sum(x * x, axis=-1) * inv_len                       # (1/L_k) Σ_t x²
+  row_m1 = row_s1 * inv_len                                        # (1/L_k) Σ_t x
+  row_m2 = row_s2 * inv_len                                        # (1/L_k) Σ_t x²
   k = jnp.maximum(ops.segment_count(group_ids, num_groups=num_groups, where=length > 0.0), 1.0)
   m1_g = ops.segment_sum(row_m1, group_ids, num_groups=num_groups) / k   # μ_g − c_g
   m2_g = ops.segment_sum(row_m2, group_ids, num_groups=num_groups) / k
   var_g = jnp.maximum(m2_g - m1_g * m1_g, 0.0)                     # σ_g², shift-invariant
   denom = jnp.sqrt(var_g) + eps
   scale = ops.gather_groups(1.0 / jnp.where(denom > 0.0, denom, 1.0), group_ids)   # [B]
-  shift = ops.gather_groups(m1_g, group_ids)                       # [B]
-  return jnp.where(mask, (x - shift[:, None]) * scale[:, None], 0.0)
+  mean = ref + ops.gather_groups(m1_g, group_ids)                  # [B] μ_g (ref + 0 if constant)
+  # From r, not x: x then feeds only the reduction and is fused into it, never materialised.
+  return jnp.where(mask, (r - mean[:, None]) * scale[:, None], 0.0)
 
 
 # --------------------------------------------------------------------------------------------
