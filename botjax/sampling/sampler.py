@@ -117,6 +117,13 @@ def _repeat_cache(cache: KVCache, n: int) -> KVCache:
                  valid=jnp.repeat(cache.valid, n, axis=0))
 
 
+def _extend_cache(cache: KVCache, extra: int) -> KVCache:
+  """Appends `extra` empty (invalid) slots to every row of a cache."""
+  slots = ((0, 0), (0, 0), (0, extra), (0, 0), (0, 0))
+  return KVCache(k=jnp.pad(cache.k, slots), v=jnp.pad(cache.v, slots),
+                 valid=jnp.pad(cache.valid, ((0, 0), (0, extra))))
+
+
 def _constrain_cache(cache: KVCache) -> KVCache:
   axes = ("layers", "batch", "cache_length", "act_kv_heads", "head_dim")
   return KVCache(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
@@ -288,12 +295,14 @@ class Sampler:
 
     # Prefill the P prompts once; only the last column's logits are needed (left padding puts
     # every prompt's last token there), so the [P, Lp, V] logits are never formed.
+    # The prefill attends over the Lp prompt slots only; the cache is then padded to Lp + T
+    # slots (empty, invalid), which also keeps XLA from constant-folding the empty slots.
     positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
-    cache = KVCache.init(self.model_config, batch_size=num, max_len=lp + gen_len,
-                         dtype=self.cache_dtype)
+    cache = KVCache.init(self.model_config, batch_size=num, max_len=lp, dtype=self.cache_dtype)
     hidden, cache = model(prompt_ids, positions, attention_mask=prompt_mask, cache=cache,
                           cache_index=jnp.int32(0), return_hidden=True)
     logits = model.unembed(hidden[:, -1, :])                       # [P, V]
+    cache = _extend_cache(cache, gen_len)
 
     def rep(x):
       return jnp.repeat(x, n, axis=0)

@@ -134,7 +134,7 @@ def test_groups_determinism_and_batch_padding_invariance(sampling):
   assert all(not np.array_equal(tokens[2 * p], tokens[2 * p + 1]) for p in range(3))
   other = np.asarray(sampling.generate(PROMPTS[:3], jax.random.key(8), n=2).tokens)
   assert not np.array_equal(tokens, other)
-  # Rows draw with their own keys: adding a prompt (same buckets) leaves the first rows as they were.
+  # Rows draw with their own keys: one more prompt (same buckets) leaves the first rows as is.
   more = sampling.generate(PROMPTS, key, n=2)
   np.testing.assert_array_equal(np.asarray(more.tokens)[:6], tokens)
   np.testing.assert_allclose(np.asarray(more.logp)[:6], np.asarray(out.logp), atol=1e-6)
