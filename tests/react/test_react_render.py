@@ -188,3 +188,20 @@ def test_compile_rate_on_held_out_rollouts(pool, renderer):
   assert reasons[0] is None and reasons[1].startswith("compile:")
   assert reasons[2].startswith("render: blank") and reasons[3] == "no component"
   assert [item["ok"] for item in res["items"]] == [True, False, False, False]
+
+
+def test_browser_killed_between_batches_is_relaunched(pool, renderer):
+  import os
+  import signal
+  _render(pool, renderer, [GOOD])
+  pids = renderer._browser_pids()
+  assert pids
+  for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+  before = renderer.browser_restarts
+  [res] = _render(pool, renderer, [GOOD])
+  assert res.ok and "Hello botjax" in res.text
+  assert renderer.browser_restarts == before + 1
+  with pytest.raises(ValueError, match="vlm_judge needs screenshots"):
+    ReactReward(ReactRewardConfig(render=False), vlm_judge=J.VLMJudge(
+        J.JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1")))

@@ -143,6 +143,9 @@ class ReactReward:
         None starts one from `config` on first use.
       renderer: a Renderer to share, likewise.
     """
+    if vlm_judge is not None and not config.render:
+      raise ValueError("a vlm_judge needs screenshots: set ReactRewardConfig(render=True) or drop "
+                       "the vlm_judge")
     self.config = config
     self.code_judge = code_judge
     self.vlm_judge = vlm_judge
