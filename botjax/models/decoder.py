@@ -93,7 +93,9 @@ class Decoder(nnx.Module):
     if attention_mask is None:
       attention_mask = jnp.ones((b, l), bool)
     attention_mask = attention_mask.astype(bool)
-    x = jnp.take(self.embed[...], input_ids, axis=0).astype(self.dtype)
+    # FSDP-style: gather the whole table for the lookup (a sharded gather replicates anyway).
+    table = constrain(self.embed[...], (None, None))
+    x = jnp.take(table, input_ids, axis=0).astype(self.dtype)
     x = constrain(x, ("batch", "length", "act_embed"))
     cos, sin = rope_cos_sin(cfg, positions)
     causal = jnp.tril(jnp.ones((l, l), bool))

@@ -1,0 +1,73 @@
+"""Dry-run plan: parameter counts, per-device bytes under the rules, FLOPs of a step."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+import botjax.models as bm
+
+# MODELS.md, counted on torch's meta device with transformers 5.24.
+MODELS_MD_PARAMS = {"qwen2.5-3b": 3085.9e6, "smollm3-3b": 3075.1e6,
+                    "phi-4-mini-reasoning": 3836.0e6}
+
+
+def _true_count(cfg):
+  return sum(x.size for x in jax.tree.leaves(nnx.state(bm.Decoder(cfg, rngs=nnx.Rngs(0)))))
+
+
+def test_tiny_plan_counts_exactly():
+  cfg = bm.get_config("tiny")
+  true = _true_count(cfg)
+  p = bm.plan("tiny", "fsdp:8", batch_size=8, seq_len=32, compute_flops=False)
+  assert p.num_params == true
+  assert p.mesh == {"data": 1, "fsdp": 8, "tensor": 1}
+  # fsdp:8 shards every matrix over its width D = 64; norms and q/k/v biases stay whole
+  whole = (2 * cfg.num_layers + 1) * cfg.hidden_size
+  whole += cfg.num_layers * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+  assert p.param_bytes == 4 * ((true - whole) // 8 + whole)
+  assert p.grad_bytes == p.param_bytes and p.optimizer_bytes == 2 * p.param_bytes
+  text = str(p)
+  assert "tiny on mesh data:1,fsdp:8,tensor:1 (8 devices)" in text and "n/a" in text
+
+
+def test_step_flops_from_the_compiled_step():
+  cfg = dataclasses.replace(bm.get_config("tiny"), num_layers=1)  # a cheap compile
+  true = _true_count(cfg)
+  p = bm.plan(cfg, "fsdp:8", batch_size=8, seq_len=32)
+  # forward + backward ≈ 6 FLOPs per parameter per token, plus attention and softmax
+  ratio = p.step_flops / (6 * true * 8 * 32)
+  assert 1.0 < ratio < 1.6, ratio
+  assert "FLOPs / train step" in str(p) and "e+" in str(p)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS_MD_PARAMS))
+def test_target_presets_match_models_md(name):
+  p = bm.plan(name, "fsdp:8", batch_size=8, seq_len=1024, compute_flops=False)
+  assert abs(p.num_params / MODELS_MD_PARAMS[name] - 1) < 0.005
+  assert p.step_flops is None and "n/a" in str(p)
+
+
+def test_tensor_parallel_and_kv_cache_bytes():
+  cfg = bm.get_config("qwen2.5-3b")
+  a = bm.plan("qwen2.5-3b", "data:8", batch_size=16, seq_len=256, compute_flops=False)
+  b = bm.plan("qwen2.5-3b", "data:4,tensor:2", batch_size=16, seq_len=256, compute_flops=False)
+  # data-parallel only: every device holds all parameters
+  assert a.param_bytes == 4 * a.num_params
+  assert b.param_bytes < 0.6 * a.param_bytes
+  # KV cache: 2·layers·(B/4)·L·(K/2)·H bf16 bytes
+  assert b.kv_cache_bytes == 2 * cfg.num_layers * 4 * 256 * 1 * cfg.head_dim * 2
+  assert a.kv_cache_bytes == 2 * cfg.num_layers * 2 * 256 * 2 * cfg.head_dim * 2
+  # planning a 64-chip slice needs no such devices here
+  c = bm.plan("qwen2.5-3b", "fsdp:-1", num_devices=64, batch_size=64, seq_len=256,
+              compute_flops=False)
+  assert c.mesh["fsdp"] == 64 and c.param_bytes < a.param_bytes / 32
+
+
+def test_plan_rejects_bad_input():
+  with pytest.raises(ValueError, match="unknown model preset 'gpt5'"):
+    bm.plan("gpt5", batch_size=1, seq_len=1)
+  with pytest.raises(ValueError, match="must be positive"):
+    bm.plan("tiny", batch_size=0, seq_len=8)
