@@ -171,9 +171,8 @@ class Sampler:
       if i >= vocab:
         raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
                          f"[0, {vocab})")
-    self._batch_shards = 1
-    if mesh is not None:
-      self._batch_shards = math.prod(mesh.shape.get(a, 1) for a in _BATCH_AXES)
+    self._batch_axes = tuple(a for a in _BATCH_AXES if mesh is not None and a in mesh.shape)
+    self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
     self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"))
 
@@ -212,8 +211,10 @@ class Sampler:
       n: completions per prompt (the group size G).
       max_new_tokens: generation budget for this call (default `config.max_new_tokens`); any
         value within the same generation bucket reuses the compiled program.
-      params: model parameters (`nnx.State` of the sampler's graphdef, or a module) for this
-        call only; default: the sampler's current parameters.
+      params: model parameters for this call only: an `nnx.State` of the sampler's graphdef
+        (or a tuple of states, as `nnx.split(model, nnx.Param, ...)` returns them), or a
+        module; default: the sampler's current parameters. New values with the same shapes,
+        dtypes and shardings reuse the compiled program.
       stop_token_ids: optional P lists of extra stop ids, one list per prompt, on top of the
         config's `eos_token_ids` and `stop_token_ids`.
 
@@ -222,6 +223,8 @@ class Sampler:
       `num_groups = P`, prompt columns Lp and generated columns T as bucketed.
     """
     cfg = self.config
+    if isinstance(prompts, np.ndarray):
+      prompts = prompts.tolist()
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
       raise ValueError("prompts must be a non-empty list of token-id lists")
     if not isinstance(n, int) or n < 1:
@@ -268,7 +271,8 @@ class Sampler:
       key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
     args = (params, padded_ids, padded_mask, active, stops, key, np.int32(max_new))
     if self.mesh is not None:
-      rows = NamedSharding(self.mesh, P(_BATCH_AXES) if pb % self._batch_shards == 0 else P())
+      spec = P(self._batch_axes) if self._batch_axes and pb % self._batch_shards == 0 else P()
+      rows = NamedSharding(self.mesh, spec)
       replicated = NamedSharding(self.mesh, P())
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               np.int32(max_new))
@@ -288,7 +292,8 @@ class Sampler:
                      *, n: int, gen_len: int) -> tuple[SampleOutput, jax.Array]:
     """Prefill + decode loop (traced once per bucket); also returns the steps taken."""
     cfg = self.config
-    model = nnx.merge(self.graphdef, params)
+    states = params if isinstance(params, (tuple, list)) else (params,)
+    model = nnx.merge(self.graphdef, *states)
     num, lp = prompt_ids.shape
     rows = num * n
     pad = jnp.int32(cfg.pad_token_id)
