@@ -56,6 +56,14 @@ def run(recipe, d):
   return out, loss, metrics, grad
 
 
+@functools.partial(jax.jit, static_argnames=("recipe",))
+def advantages_of(recipe, d):
+  return alg.compute_advantages(
+      recipe, rewards=d["rewards"], mask=d["mask"], group_ids=d["group_ids"], num_groups=P,
+      local_rewards=d["local_rewards"], step_rewards=d["step_rewards"],
+      step_mask=d["step_mask"], token_step=d["token_step"], old_logp=d["old_logp"])
+
+
 @pytest.mark.parametrize("name", sorted(alg.RECIPES))
 def test_every_recipe_end_to_end_under_jit(name):
   recipe = alg.get_recipe(name)
@@ -75,7 +83,7 @@ def test_every_recipe_end_to_end_under_jit(name):
 
 def test_grpo_recipe_is_grpo_broadcast():
   d = make(1)
-  out, *_ = run(alg.get_recipe("grpo"), d)
+  out = advantages_of(alg.get_recipe("grpo"), d)
   seq = adv.grpo(d["rewards"], GROUP_IDS, num_groups=P)
   np.testing.assert_allclose(out.advantages, np.where(d["mask"], np.asarray(seq)[:, None], 0.0))
   np.testing.assert_array_equal(out.loss_mask, d["mask"])
@@ -84,13 +92,13 @@ def test_grpo_recipe_is_grpo_broadcast():
 
 def test_bot_grpo_recipe_uses_eq4_token_rewards():
   d = make(2)
-  out, *_ = run(alg.get_recipe("bot_grpo"), d)
+  out = advantages_of(alg.get_recipe("bot_grpo"), d)
   tr = adv.bot_token_rewards(d["rewards"], d["local_rewards"], d["mask"], w_global=3.0,
                              w_local=0.5)
   np.testing.assert_allclose(out.advantages,
                              adv.bot_grpo(tr, d["mask"], GROUP_IDS, num_groups=P), rtol=1e-6)
   # w_local = 0 reduces the recipe to population-std GRPO on the rows.
-  zero = run(alg.get_recipe("bot_grpo", w_local=0.0), d)[0]
+  zero = advantages_of(alg.get_recipe("bot_grpo", w_local=0.0), d)
   seq = adv.grpo(d["rewards"], GROUP_IDS, num_groups=P, ddof=0,
                  row_mask=d["mask"].sum(-1) > 0, eps=1e-6 / 3.0)
   np.testing.assert_allclose(zero.advantages, np.where(d["mask"], np.asarray(seq)[:, None], 0),
@@ -100,7 +108,7 @@ def test_bot_grpo_recipe_uses_eq4_token_rewards():
 def test_dapo_overlong_and_dynamic_sampling():
   d = make(3)
   recipe = alg.get_recipe("dapo", overlong_max_length=8, overlong_cache_length=4)
-  out, *_ = run(recipe, d)
+  out = advantages_of(recipe, d)
   lengths = d["mask"].sum(-1)
   shaped = d["rewards"] + np.asarray(adv.dapo_overlong_penalty(lengths, max_length=8,
                                                                cache_length=4))
@@ -114,7 +122,7 @@ def test_dapo_overlong_and_dynamic_sampling():
 
 def test_bppo_recipe_narrows_loss_mask_with_full_group_advantages():
   d = make(4)
-  out, *_ = run(alg.get_recipe("bppo", bppo_min_prefix=2), d)
+  out = advantages_of(alg.get_recipe("bppo", bppo_min_prefix=2), d)
   want = adv.bppo_loss_mask(d["rewards"], d["mask"], GROUP_IDS, num_groups=P,
                             prefix_fraction=0.5, min_prefix=2)
   np.testing.assert_array_equal(out.loss_mask, want)
@@ -125,10 +133,10 @@ def test_bppo_recipe_narrows_loss_mask_with_full_group_advantages():
 
 def test_reco_recipe_weights_and_verigate_default_verifier():
   d = make(5)
-  out, *_ = run(alg.get_recipe("reco"), d)
+  out = advantages_of(alg.get_recipe("reco"), d)
   np.testing.assert_allclose(out.seq_weights, adv.reco_response_weights(
       d["old_logp"], d["mask"], GROUP_IDS, num_groups=P, max_weight=5.0), rtol=1e-6)
-  out, *_ = run(alg.get_recipe("verigate"), d)
+  out = advantages_of(alg.get_recipe("verigate"), d)
   want = adv.verigate(d["rewards"], d["step_rewards"], d["step_mask"], d["token_step"],
                       d["mask"], GROUP_IDS, num_groups=P)
   np.testing.assert_allclose(out.advantages, want, rtol=1e-6)
