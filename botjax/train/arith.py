@@ -1,0 +1,171 @@
+"""The embedded CPU testbed: the step-verified arithmetic task end to end.
+
+`prepare(workdir, setup)` builds (once, then reuses) a tiny tokenizer, a tiny Qwen2-architecture
+model and its supervised warm start on imperfect worked solutions, saved as a Hugging Face
+checkpoint so that RL runs load it through the same path as a user's checkpoint. `make_trainer`
+wires a recipe to that checkpoint with the exact step judge, and `make_eval_fn` measures
+held-out accuracy by sampling. Everything is deterministic by seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from botjax import data as data_lib
+from botjax import models
+from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
+from botjax.sampling import Sampler, SamplingConfig
+from botjax.train import config as config_lib
+from botjax.train.evaluate import evaluate
+from botjax.train.loop import ListPrompts, RLTrainer
+from botjax.train.sft import SFTConfig, sft
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ArithmeticSetup:
+  """The task, the tiny model and its warm start (all cached under `<workdir>/warmstart-<hash>`)."""
+  num_ops: tuple[int, int] = (2, 3)
+  operand_range: tuple[int, int] = (1, 9)
+  ops: tuple[str, ...] = ("+", "-", "*")
+  max_abs_value: int = 99
+  task_seed: int = 0
+  num_train: int = 4000
+  num_eval: int = 128
+  vocab_size: int = 320
+  hidden_size: int = 128
+  num_layers: int = 4
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  intermediate_size: int = 384
+  warm_error_rate: float = 0.6       # fraction of warm-start solutions with one mistake
+  warm_steps: int = 300
+  warm_batch: int = 64
+  warm_lr: float = 3e-3
+  seed: int = 0
+
+  def task(self) -> data_lib.ArithmeticTask:
+    return data_lib.ArithmeticTask(num_ops=self.num_ops, operand_range=self.operand_range,
+                                   ops=self.ops, max_abs_value=self.max_abs_value,
+                                   seed=self.task_seed)
+
+  def digest(self) -> str:
+    blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def prompt_messages(record):
+  return data_lib.chat_messages(record, data_lib.ARITHMETIC_TEMPLATE)
+
+
+@dataclasses.dataclass
+class Prepared:
+  checkpoint: str
+  train: list[dict]
+  eval: list[dict]
+  setup: ArithmeticSetup
+  seconds: float
+  cached: bool
+
+
+def prepare(workdir: str, setup: ArithmeticSetup = ArithmeticSetup(), *,
+            verbose: bool = True) -> Prepared:
+  """Builds or reuses the tokenizer + warm-started tiny model; returns the checkpoint dir."""
+  t0 = time.perf_counter()
+  task = setup.task()
+  train, held_out = data_lib.make_splits(task, setup.num_train, setup.num_eval)
+  ckpt = os.path.join(workdir, f"warmstart-{setup.digest()}")
+  if os.path.exists(os.path.join(ckpt, "config.json")):
+    return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=True)
+  tmp = ckpt + ".partial"
+  tok = data_lib.build_tokenizer(tmp, task, vocab_size=setup.vocab_size)
+  eos = tok.convert_tokens_to_ids("<|im_end|>")
+  cfg = dataclasses.replace(
+      models.get_config("tiny"), vocab_size=len(tok), hidden_size=setup.hidden_size,
+      num_layers=setup.num_layers, num_heads=setup.num_heads, num_kv_heads=setup.num_kv_heads,
+      head_dim=setup.hidden_size // setup.num_heads, intermediate_size=setup.intermediate_size,
+      bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=(eos,),
+      pad_token_id=tok.pad_token_id, max_position_embeddings=512)
+  model = models.Decoder(cfg, rngs=nnx.Rngs(setup.seed))
+  rng = random.Random(setup.seed)
+  prompts, completions = [], []
+  for rec in train:
+    text = data_lib.imperfect_solution(rec, rng, setup.warm_error_rate)
+    p = tok.apply_chat_template(prompt_messages(rec), add_generation_prompt=True,
+                                tokenize=True, return_dict=False)
+    c = tok(text, add_special_tokens=False)["input_ids"] + [eos]
+    prompts.append(p)
+    completions.append(c)
+  if verbose:
+    print(f"warm start: {len(train)} imperfect solutions (error rate {setup.warm_error_rate}), "
+          f"{setup.warm_steps} SFT steps on a {sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) / 1e6:.2f}M-parameter model",
+          flush=True)
+  sft(model, prompts, completions,
+      SFTConfig(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr,
+                seed=setup.seed), pad_id=tok.pad_token_id,
+      log_every=100 if verbose else 0)
+  models.save_pretrained(model, tmp)
+  with open(os.path.join(tmp, "setup.json"), "w") as f:
+    json.dump(dataclasses.asdict(setup), f, indent=2)
+  os.replace(tmp, ckpt)
+  return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=False)
+
+
+def correct_fn(completion: str, record) -> bool:
+  return bool(is_correct(completion, str(record["answer"]), integer=True))
+
+
+def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.0,
+                 max_new_tokens: int = 96, seed: int = 1234):
+  """`(trainer, step) -> metrics`: held-out accuracy of sampled completions (avg@n, pass@k)."""
+  cache: dict = {}
+
+  def fn(trainer: RLTrainer, step: int) -> dict:
+    if "sampler" not in cache:
+      sc = dataclasses.replace(trainer.sampling, temperature=temperature,
+                               max_new_tokens=max_new_tokens, top_k=0, top_p=1.0)
+      cache["sampler"] = Sampler(trainer.model(), trainer.model_config, sc, mesh=trainer.mesh)
+    return evaluate(cache["sampler"], trainer.tokenizer, records, correct_fn=correct_fn,
+                    params=trainer.full_state(), n=n, key=jax.random.PRNGKey(seed),
+                    ks=(1, 2, 4), prompt_fn=prompt_messages)
+  return fn
+
+
+def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 60,
+                      overrides: Sequence[str] = ()) -> config_lib.TrainConfig:
+  """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe)."""
+  cfg = config_lib.TrainConfig(
+      recipe=recipe, steps=steps, seed=seed, workdir=workdir,
+      optim=config_lib.OptimConfig(learning_rate=1e-3, warmup_steps=5, max_grad_norm=1.0),
+      rollout=config_lib.RolloutConfig(prompts_per_step=16, group_size=8, max_prompt_tokens=128,
+                                       max_new_tokens=96, temperature=1.0),
+      reward=config_lib.RewardConfig(workers=1, timeout_s=30.0, kind="inline"),
+      eval_every=10, checkpoint_every=0, log_every=1, tensorboard=False)
+  return config_lib.apply_overrides(cfg, overrides)
+
+
+def make_trainer(prepared: Prepared, cfg: config_lib.TrainConfig, *, w_s: float = 0.5,
+                 strategy: str = "error_propagation", window: int = 1, noise: float = 0.0,
+                 eval_n: int = 4, run_config: dict | None = None) -> RLTrainer:
+  """An RLTrainer on the warm-started model with the exact step judge and held-out eval."""
+  model = models.load_pretrained(prepared.checkpoint)
+  tok = models.load_tokenizer(prepared.checkpoint)
+  judge = ExactArithmeticJudge(noise=noise, seed=cfg.seed)
+  reward = MathReward(judge, w_g=3.0, w_s=w_s, strategy=strategy, window=window)
+  run_config = dict(run_config or {})
+  run_config.update(train=config_lib.to_dict(cfg), reward={
+      "w_s": w_s, "strategy": strategy, "window": window, "noise": noise},
+      setup=dataclasses.asdict(prepared.setup))
+  return RLTrainer(cfg, model=model, tokenizer=tok,
+                   prompts=ListPrompts(prepared.train, seed=cfg.seed), reward_fn=reward,
+                   prompt_fn=prompt_messages, eval_fn=make_eval_fn(prepared.eval, n=eval_n),
+                   run_config=run_config, reward_provides=("token", "step"))

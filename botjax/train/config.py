@@ -1,0 +1,183 @@
+"""Run configuration: frozen dataclasses, presets, and `--set key=value` overrides.
+
+Every field has the default a user would reach for first; experiments build their own defaults
+on top (STYLE.md §7.8) and the whole config is printed at start and saved with each checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+  """AdamW with linear warm-up and global-norm gradient clipping (optax)."""
+  learning_rate: float = 1e-6          # DeepSeekMath §4.2 / DAPO §4.1 use 1e-6; BoT-GRPO AIME 5e-7
+  warmup_steps: int = 0                # DAPO: linear warm-up over 20 rollout steps
+  schedule: str = "constant"           # "constant" | "cosine" (decays to 10% over `steps`)
+  weight_decay: float = 0.0
+  b1: float = 0.9
+  b2: float = 0.999
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+  """How completions are sampled for one RL step."""
+  prompts_per_step: int = 8            # BoT-GRPO: 8 prompts x 8 rollouts = 64 per step
+  group_size: int = 8
+  max_prompt_tokens: int = 256
+  max_new_tokens: int = 256
+  temperature: float = 1.0
+  top_k: int = 0                       # 0 = off
+  top_p: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+  """Host-side reward execution."""
+  workers: int = 4
+  timeout_s: float = 30.0
+  fallback_reward: float = 0.0
+  kind: str = "thread"                 # "thread" | "process"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+  """One RL run. `recipe` names an entry of `botjax.algorithms.RECIPES`."""
+  recipe: str = "bot_grpo"
+  recipe_overrides: tuple[tuple[str, Any], ...] = ()   # e.g. (("kl_coef", 0.001),)
+  optim: OptimConfig = OptimConfig()
+  rollout: RolloutConfig = RolloutConfig()
+  reward: RewardConfig = RewardConfig()
+  steps: int = 100
+  ppo_epochs: int = 1                  # passes over each rollout batch
+  mini_batches: int = 1                # optimizer updates per pass (later ones are off-policy)
+  micro_batch_size: int = 0            # rows per gradient-accumulation slice; 0 = whole mini-batch
+  logprob_chunk: int = 128             # tokens per chunk of the chunked log-prob computation
+  seed: int = 0
+  workdir: str = "runs/default"
+  log_every: int = 1
+  eval_every: int = 0                  # 0 = never during training
+  checkpoint_every: int = 50
+  keep_checkpoints: int = 2
+  max_skipped_updates: int = 20        # consecutive non-finite updates before the run stops
+  tensorboard: bool = True
+  wandb_project: str = ""              # empty = off
+  progress: bool = True
+
+
+# Fields that may change between a run and its resumption without changing what it computes.
+RESUMABLE_FIELDS = frozenset({
+    "steps", "workdir", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+    "tensorboard", "wandb_project", "progress", "reward.workers", "reward.timeout_s",
+    "max_skipped_updates",
+})
+
+
+def to_dict(cfg) -> dict:
+  """A JSON-ready nested dict of a (possibly nested) config dataclass."""
+  return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def _flatten(d: Mapping, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, Mapping):
+      out.update(_flatten(v, key + "."))
+    else:
+      out[key] = v
+  return out
+
+
+def config_diff(saved: Mapping, current: Mapping, ignore: frozenset = RESUMABLE_FIELDS) -> list[str]:
+  """Dotted names of fields that differ between two `to_dict` configs (ignored ones excluded)."""
+  a, b = _flatten(saved), _flatten(current)
+  names = sorted(set(a) | set(b))
+  diffs = []
+  for n in names:
+    if n in ignore or n.split(".", 1)[-1] in ignore and n.startswith("train."):
+      continue
+    if a.get(n, "<absent>") != b.get(n, "<absent>"):
+      diffs.append(f"{n}: saved={a.get(n, '<absent>')!r} now={b.get(n, '<absent>')!r}")
+  return diffs
+
+
+def _parse_value(text: str, typ: Any, field_name: str):
+  origin = typing.get_origin(typ)
+  if typ is bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+      return True
+    if low in ("0", "false", "no", "off"):
+      return False
+    raise ValueError(f"--set {field_name}={text!r}: expected a boolean (true/false)")
+  if typ in (int, float, str):
+    try:
+      return typ(text)
+    except ValueError:
+      raise ValueError(f"--set {field_name}={text!r}: expected {typ.__name__}") from None
+  if origin in (typing.Union, types.UnionType):
+    args = [a for a in typing.get_args(typ) if a is not type(None)]
+    if text.lower() in ("none", "null") and len(args) < len(typing.get_args(typ)):
+      return None
+    return _parse_value(text, args[0], field_name)
+  # tuples and anything else: JSON
+  try:
+    value = json.loads(text)
+  except json.JSONDecodeError:
+    raise ValueError(f"--set {field_name}={text!r}: expected JSON for type {typ}") from None
+  if origin is tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+  return value
+
+
+def apply_overrides(cfg, overrides: Sequence[str]):
+  """Returns `cfg` with `key=value` overrides applied; dotted keys reach nested configs.
+
+  `recipe.NAME=VALUE` appends to `recipe_overrides` when the config has that field (a recipe
+  field such as `recipe.kl_coef=0.001`).
+
+  Raises:
+    ValueError: naming the unknown field (and listing the valid ones) or the unparsable value.
+  """
+  for item in overrides:
+    if "=" not in item:
+      raise ValueError(f"--set expects key=value, got {item!r}")
+    key, text = item.split("=", 1)
+    cfg = _set(cfg, key.strip().split("."), text.strip(), key.strip())
+  return cfg
+
+
+def _set(cfg, path: list[str], text: str, full: str):
+  fields = {f.name: f for f in dataclasses.fields(cfg)}
+  head = path[0]
+  if head == "recipe" and len(path) == 2 and "recipe_overrides" in fields:
+    value = _parse_recipe_value(path[1], text)
+    kept = tuple((k, v) for k, v in cfg.recipe_overrides if k != path[1])
+    return dataclasses.replace(cfg, recipe_overrides=kept + ((path[1], value),))
+  if head not in fields:
+    raise ValueError(f"--set {full}: unknown field {head!r} of {type(cfg).__name__}; valid: "
+                     f"{', '.join(sorted(fields))}")
+  hints = typing.get_type_hints(type(cfg))
+  if len(path) == 1:
+    return dataclasses.replace(cfg, **{head: _parse_value(text, hints[head], full)})
+  sub = getattr(cfg, head)
+  if not dataclasses.is_dataclass(sub):
+    raise ValueError(f"--set {full}: {head!r} is not a nested config")
+  return dataclasses.replace(cfg, **{head: _set(sub, path[1:], text, full)})
+
+
+def _parse_recipe_value(name: str, text: str):
+  from botjax import algorithms  # local: config stays importable without jax
+  fields = {f.name: f for f in dataclasses.fields(algorithms.Recipe)}
+  if name not in fields:
+    raise ValueError(f"--set recipe.{name}: unknown recipe field; valid: {', '.join(sorted(fields))}")
+  hints = typing.get_type_hints(algorithms.Recipe)
+  return _parse_value(text, hints[name], f"recipe.{name}")

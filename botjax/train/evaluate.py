@@ -1,0 +1,68 @@
+"""Held-out evaluation: sample n completions per problem, score them, report accuracy and pass@k."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from botjax import metrics as metrics_lib
+from botjax.sampling import Sampler, decode_completions, encode_prompts
+
+
+def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], *,
+             correct_fn: Callable[[str, Mapping[str, Any]], bool], params=None, n: int = 4,
+             key=None, ks: Sequence[int] = (1, 2, 4), prompt_fn: Callable | None = None,
+             batch_prompts: int = 64, answer_fn: Callable[[str], Any] | None = None) -> dict:
+  """Samples `n` completions for each record and scores them with `correct_fn`.
+
+  Args:
+    sampler: a Sampler (its SamplingConfig sets temperature, top-k/p and the length budget).
+    tokenizer: the model's tokenizer.
+    records: evaluation records (`problem`, `answer`, ...).
+    correct_fn: `(completion, record) -> bool`.
+    params: model parameters (default: the sampler's).
+    n: samples per problem.
+    key: PRNG key (default PRNGKey(0)): the same key gives the same evaluation.
+    ks: the k of pass@k (k <= n).
+    prompt_fn: record -> chat messages or string.
+    batch_prompts: prompts per sampler call.
+    answer_fn: extracts an answer for maj@k (None: no maj@k).
+
+  Returns:
+    {"accuracy": avg@n, "pass@k": ..., "maj@n": ..., "length": mean completion tokens,
+     "num_problems": P}
+  """
+  if not records:
+    raise ValueError("no evaluation records")
+  key = jax.random.PRNGKey(0) if key is None else key
+  prompt_fn = prompt_fn or (lambda r: [{"role": "user", "content": str(r["problem"])}])
+  correct = np.zeros((len(records), n), bool)
+  answers: list[list[Any]] = []
+  lengths = []
+  for start in range(0, len(records), batch_prompts):
+    chunk = records[start:start + batch_prompts]
+    ids, texts = encode_prompts(tokenizer, [prompt_fn(r) for r in chunk])
+    out = sampler.generate(ids, jax.random.fold_in(key, start), n=n, params=params)
+    ts = decode_completions(tokenizer, out, texts)
+    lengths.extend(np.asarray(out.lengths).tolist())
+    for b, text in enumerate(ts.completions):
+      i = start + b // n
+      correct[i, b % n] = bool(correct_fn(text, records[i]))
+      if answer_fn is not None:
+        if b % n == 0:
+          answers.append([])
+        answers[-1].append(answer_fn(text))
+  c = correct.sum(axis=1)
+  out = {"accuracy": float(correct.mean()), "num_problems": len(records),
+         "length": float(np.mean(lengths))}
+  for k in ks:
+    if k <= n:
+      out[f"pass@{k}"] = float(np.mean([metrics_lib.pass_at_k(n, int(ci), k) for ci in c]))
+  if answer_fn is not None:
+    golds = [str(r["answer"]) for r in records]
+    out[f"maj@{n}"] = float(np.mean([
+        metrics_lib.maj_at_k(a, g) if hasattr(metrics_lib, "maj_at_k") else 0.0
+        for a, g in zip(answers, golds)]))
+  return out

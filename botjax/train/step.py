@@ -1,0 +1,265 @@
+"""The jitted RL update: teacher-forced log-probs -> recipe surrogate -> aggregation -> AdamW.
+
+Shapes: B rows, Lp prompt columns (left-padded), T completion columns, L = Lp + T, D width,
+V vocabulary. Nothing here does I/O; the host loop (`loop.py`) builds `RLBatch`es and calls
+`update` once per mini-batch.
+
+Micro-batching is exact: the aggregation denominator of the whole mini-batch is computed first
+(`losses.aggregate` returns `(num, den)` pairs that add across rows), each micro-batch adds
+`grad(num_mb) / den`, so the accumulated gradient equals the whole-batch gradient up to float
+summation order, for every aggregation mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from botjax import algorithms
+from botjax import losses
+from botjax.train.config import OptimConfig
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything an update changes: params, optimizer state, step counter and PRNG key."""
+  params: Any                  # nnx.State of the model's nnx.Param leaves
+  opt_state: Any
+  step: jax.Array              # int32 scalar: number of optimizer updates applied
+  key: jax.Array               # PRNG key of the run (fold_in(step) per use)
+
+
+@flax.struct.dataclass
+class RLBatch:
+  """One mini-batch of scored rollouts, ready for the update.
+
+  Attributes:
+    input_ids: int32[B, L] prompt (left-padded) followed by completion (right-padded).
+    positions: int32[B, L] position ids (0 at the first real prompt token).
+    attention_mask: bool[B, L] True on real prompt and completion tokens.
+    old_logp: f32[B, T] behaviour log-probs of the completion tokens (from the sampler).
+    ref_logp: f32[B, T] reference-policy log-probs (zeros when no KL is used).
+    advantages: f32[B, T] token advantages, zero outside `loss_mask`.
+    loss_mask: bool[B, T] True on completion tokens that carry loss.
+    seq_weights: f32[B] per-completion weights (ReCo), ones otherwise.
+  """
+  input_ids: jax.Array
+  positions: jax.Array
+  attention_mask: jax.Array
+  old_logp: jax.Array
+  ref_logp: jax.Array
+  advantages: jax.Array
+  loss_mask: jax.Array
+  seq_weights: jax.Array
+
+  @property
+  def completion_len(self) -> int:
+    return self.old_logp.shape[1]
+
+
+def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
+  """AdamW with warm-up and clipping, as the papers train (DAPO §4.1, DeepSeekMath §4.2)."""
+  if cfg.schedule == "constant":
+    lr = optax.join_schedules(
+        [optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
+         optax.constant_schedule(cfg.learning_rate)], [max(cfg.warmup_steps, 1)]) \
+        if cfg.warmup_steps > 0 else cfg.learning_rate
+  elif cfg.schedule == "cosine":
+    lr = optax.warmup_cosine_decay_schedule(
+        0.0, cfg.learning_rate, max(cfg.warmup_steps, 1), max(total_steps, cfg.warmup_steps + 1),
+        end_value=0.1 * cfg.learning_rate)
+  else:
+    raise ValueError(f"optim.schedule={cfg.schedule!r}; valid: 'constant', 'cosine'")
+  return optax.chain(
+      optax.clip_by_global_norm(cfg.max_grad_norm),
+      optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps, weight_decay=cfg.weight_decay),
+  )
+
+
+def split_model(model: nnx.Module):
+  """(graphdef, params, rest): params are the trainable nnx.Param leaves."""
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  return graphdef, params, rest
+
+
+def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
+                        completion_len: int, temperature: float = 1.0, chunk: int = 128):
+  """Log-probs and entropies of the completion tokens under softmax(logits / temperature).
+
+  The hidden states of the whole sequence are computed once; the unembedding and the
+  log-softmax run over chunks of completion positions, so [B, T, V] never exists at once.
+
+  Args:
+    graphdef, params, rest: the split model.
+    input_ids: int32[B, L]; positions: int32[B, L]; attention_mask: bool[B, L].
+    completion_len: T, the number of trailing completion columns of `input_ids`.
+    temperature: the sampling temperature (the sampler scores its tokens the same way).
+    chunk: completion positions per chunk.
+
+  Returns:
+    (logp f32[B, T], entropy f32[B, T]).
+  """
+  model = nnx.merge(graphdef, params, rest)
+  hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
+  B, L, D = hidden.shape
+  T = completion_len
+  # Token at column c is predicted from the hidden state at column c - 1.
+  h = hidden[:, L - T - 1:L - 1]                                  # [B, T, D]
+  targets = input_ids[:, L - T:]                                  # [B, T]
+  c = min(chunk, T)
+  n = -(-T // c)
+  pad = n * c - T
+  h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
+  tg = jnp.pad(targets, ((0, 0), (0, pad)))
+  h = h.reshape(B, n, c, D).transpose(1, 0, 2, 3)                 # [n, B, c, D]
+  tg = tg.reshape(B, n, c).transpose(1, 0, 2)                     # [n, B, c]
+
+  def one(args):
+    hc, tc = args
+    logits = model.unembed(hc).astype(jnp.float32) / temperature  # [B, c, V]
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    lp = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0] - logz
+    probs = jnp.exp(logits - logz[..., None])
+    ent = logz - jnp.sum(probs * logits, axis=-1)
+    return lp, ent
+
+  lp, ent = jax.lax.map(one, (h, tg))                             # [n, B, c]
+  lp = lp.transpose(1, 0, 2).reshape(B, n * c)[:, :T]
+  ent = ent.transpose(1, 0, 2).reshape(B, n * c)[:, :T]
+  return lp, ent
+
+
+class StepOutput(NamedTuple):
+  state: TrainState
+  metrics: dict
+
+
+def _tree_where(pred, a, b):
+  return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorithms.Recipe,
+           optimizer: optax.GradientTransformation, num_micro: int = 1,
+           temperature: float = 1.0, chunk: int = 128) -> StepOutput:
+  """One optimizer update on one mini-batch (call under `jax.jit`, see `make_update_fn`).
+
+  A non-finite loss or gradient skips the update: parameters and optimizer state are left
+  untouched, `step` still advances the skip counter in the metrics (`skipped` = 1).
+
+  Args:
+    state: the current TrainState.
+    batch: an RLBatch with B rows; B must be divisible by `num_micro`.
+    graphdef, rest: static model structure and non-trainable state (from `split_model`).
+    recipe: the algorithm recipe (static, hashable).
+    optimizer: the optax transformation.
+    num_micro: number of gradient-accumulation slices.
+    temperature: scoring temperature (same as sampling).
+    chunk: completion positions per log-prob chunk.
+
+  Returns:
+    StepOutput(new state, scalar metrics).
+  """
+  B = batch.input_ids.shape[0]
+  if B % num_micro:
+    raise ValueError(f"batch of {B} rows is not divisible into {num_micro} micro-batches")
+  T = batch.completion_len
+  mode, norm = recipe.agg_mode, recipe.agg_norm
+  _, den = losses.aggregate(jnp.zeros(batch.loss_mask.shape, jnp.float32), batch.loss_mask,
+                            mode=mode, norm=norm)
+  den = jnp.maximum(den, 1e-12)
+  use_ref = recipe.kl_coef > 0
+
+  def mb_loss(params, mb: RLBatch):
+    logp, ent = completion_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
+                                    mb.attention_mask, completion_len=T,
+                                    temperature=temperature, chunk=chunk)
+    per_token, m = algorithms.policy_loss(
+        recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,
+        ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights)
+    num, _ = losses.aggregate(per_token, mb.loss_mask, mode=mode, norm=norm)
+    msk = mb.loss_mask
+    stats = {
+        "loss_num": num,
+        "tokens": jnp.sum(msk).astype(jnp.float32),
+        "entropy_sum": jnp.sum(jnp.where(msk, ent, 0.0)),
+        "logp_diff_sum": jnp.sum(jnp.where(msk, jnp.abs(logp - mb.old_logp), 0.0)),
+    }
+    for name in ("clipped", "kl"):
+      if name in m:
+        stats[f"{name}_sum"] = jnp.sum(jnp.where(msk, m[name].astype(jnp.float32), 0.0))
+    return num / den, stats
+
+  grad_fn = jax.value_and_grad(mb_loss, has_aux=True)
+  mbs = jax.tree.map(lambda x: x.reshape((num_micro, B // num_micro) + x.shape[1:]), batch)
+
+  if num_micro == 1:
+    (loss, stats), grads = grad_fn(state.params, jax.tree.map(lambda x: x[0], mbs))
+  else:
+    def body(carry, mb):
+      g_acc, l_acc, s_acc = carry
+      (l, s), g = grad_fn(state.params, mb)
+      return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, jax.tree.map(jnp.add, s_acc, s)), None
+    zeros_g = jax.tree.map(jnp.zeros_like, state.params)
+    _, s_shape = jax.eval_shape(mb_loss, state.params, jax.tree.map(lambda x: x[0], mbs))
+    zeros_s = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), s_shape)
+    (grads, loss, stats), _ = jax.lax.scan(body, (zeros_g, jnp.float32(0.0), zeros_s), mbs)
+
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
+  updates, new_opt = optimizer.update(safe_grads, state.opt_state, state.params)
+  new_params = optax.apply_updates(state.params, updates)
+  new_state = TrainState(
+      params=_tree_where(finite, new_params, state.params),
+      opt_state=_tree_where(finite, new_opt, state.opt_state),
+      step=state.step + finite.astype(jnp.int32),
+      key=state.key,
+  )
+  tok = jnp.maximum(stats["tokens"], 1.0)
+  metrics = {
+      "loss": loss,
+      "grad_norm": grad_norm,
+      "skipped": 1.0 - finite.astype(jnp.float32),
+      "entropy": stats["entropy_sum"] / tok,
+      "abs_logp_diff": stats["logp_diff_sum"] / tok,
+      "loss_tokens": stats["tokens"],
+  }
+  if "clipped_sum" in stats:
+    metrics["clip_fraction"] = stats["clipped_sum"] / tok
+  if "kl_sum" in stats:
+    metrics["kl"] = stats["kl_sum"] / tok
+  return StepOutput(new_state, metrics)
+
+
+def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperature=1.0,
+                   chunk=128, donate=True):
+  """`update` jitted with everything static bound; `(state, batch) -> StepOutput`."""
+  fn = functools.partial(update, graphdef=graphdef, rest=rest, recipe=recipe,
+                         optimizer=optimizer, num_micro=num_micro, temperature=temperature,
+                         chunk=chunk)
+  return jax.jit(fn, donate_argnums=(0,) if donate else ())
+
+
+def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
+  """Jitted `(params, input_ids, positions, attention_mask, T) -> (logp, entropy)`."""
+  def fn(params, input_ids, positions, attention_mask, completion_len):
+    return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
+                               completion_len=completion_len, temperature=temperature,
+                               chunk=chunk)
+  return jax.jit(fn, static_argnums=(4,))
+
+
+def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> TrainState:
+  return TrainState(params=params, opt_state=optimizer.init(params),
+                    step=jnp.zeros((), jnp.int32), key=jax.random.PRNGKey(seed))
+
+
+def replace(state: TrainState, **kw) -> TrainState:
+  return dataclasses.replace(state, **kw)
