@@ -64,6 +64,8 @@ class DecoderConfig:
   rope_attention_factor: float | None = None           # longrope cos/sin scale; None: derived
   partial_rotary_factor: float = 1.0   # only the first R = H·factor dims of a head rotate
   no_rope_layers: tuple[int, ...] | None = None         # SmolLM3: 1 = RoPE, 0 = NoPE, per layer
+  sliding_window: int | None = None    # key j visible to query i only if i - j < window
+  sliding_layers: tuple[int, ...] | None = None         # 1 = windowed layer (None: all layers)
   bos_token_id: int | None = None
   eos_token_id: tuple[int, ...] | None = None
   pad_token_id: int | None = None
@@ -85,6 +87,11 @@ class DecoderConfig:
     if self.no_rope_layers is not None and len(self.no_rope_layers) < self.num_layers:
       raise ValueError(f"no_rope_layers has {len(self.no_rope_layers)} entries, need at least "
                        f"num_layers = {self.num_layers}")
+    if self.sliding_window is not None and self.sliding_window <= 0:
+      raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
+    if self.sliding_layers is not None and len(self.sliding_layers) < self.num_layers:
+      raise ValueError(f"sliding_layers has {len(self.sliding_layers)} entries, need at least "
+                       f"num_layers = {self.num_layers}")
     if self.rope_type == "longrope":
       for name in ("rope_short_factor", "rope_long_factor"):
         f = getattr(self, name)
@@ -104,6 +111,14 @@ class DecoderConfig:
   def uses_rope(self, layer: int) -> bool:
     """Whether layer `layer` applies RoPE (SmolLM3 skips it on its NoPE layers)."""
     return self.no_rope_layers is None or bool(self.no_rope_layers[layer])
+
+  def window(self, layer: int) -> int | None:
+    """The sliding-window size of layer `layer`, or None for full causal attention."""
+    if self.sliding_window is None:
+      return None
+    if self.sliding_layers is not None and not self.sliding_layers[layer]:
+      return None
+    return self.sliding_window
 
   @property
   def architecture(self) -> str:
@@ -152,6 +167,7 @@ class DecoderConfig:
         interval = int(hf.get("no_rope_layer_interval", 4))
         layers = [int((i + 1) % interval != 0) for i in range(num_layers)]
       kwargs.update(no_rope_layers=tuple(int(x) for x in layers))
+    kwargs.update(_sliding(hf, model_type, num_layers, kwargs.get("no_rope_layers")))
     tie_default = model_type == "smollm3"
     factor = rope.get("factor")
     return cls(
@@ -223,6 +239,15 @@ class DecoderConfig:
     }
     if self.model_type in ("llama", "smollm3"):
       hf.update(attention_bias=self.qkv_bias, mlp_bias=self.mlp_bias)
+    if self.model_type in ("qwen2", "smollm3"):
+      hf.update(use_sliding_window=self.sliding_window is not None,
+                sliding_window=self.sliding_window,
+                layer_types=["sliding_attention" if self.window(i) else "full_attention"
+                             for i in range(self.num_layers)])
+      if self.model_type == "qwen2":
+        hf["max_window_layers"] = self.num_layers
+    if self.model_type == "phi3":
+      hf["sliding_window"] = self.sliding_window
     if self.model_type == "smollm3":
       hf["no_rope_layers"] = list(self.no_rope_layers or [1] * self.num_layers)
     if self.model_type == "phi3" and self.original_max_position_embeddings is not None:
@@ -230,6 +255,29 @@ class DecoderConfig:
     if self.model_type == "phi3" and self.head_dim * self.num_heads == self.hidden_size:
       hf.pop("head_dim")  # Phi-3 derives it as hidden / heads
     return hf
+
+
+def _sliding(hf: Mapping[str, Any], model_type: str, num_layers: int,
+             no_rope_layers: tuple[int, ...] | None) -> dict[str, Any]:
+  """sliding_window / sliding_layers fields, following each family's transformers config."""
+  window = hf.get("sliding_window")
+  if model_type in ("qwen2", "smollm3") and not hf.get("use_sliding_window", False):
+    window = None
+  if model_type == "llama" or window is None:
+    return {}
+  types = hf.get("layer_types")
+  if types is not None:
+    layers = tuple(int(t == "sliding_attention") for t in types[:num_layers])
+  elif model_type == "qwen2":
+    first = int(hf.get("max_window_layers", 28))
+    layers = tuple(int(i >= first) for i in range(num_layers))
+  elif model_type == "smollm3":
+    layers = tuple(int(not no_rope_layers[i]) for i in range(num_layers))
+  else:  # phi3: every layer
+    layers = None
+  if layers is not None and not any(layers):
+    return {}
+  return {"sliding_window": int(window), "sliding_layers": layers}
 
 
 def _floats(value: Any) -> tuple[float, ...] | None:

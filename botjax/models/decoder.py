@@ -69,7 +69,8 @@ class Decoder(nnx.Module):
                ) -> tuple[jax.Array, KVCache | None]:
     """Forward pass over L new tokens, optionally through a KV cache.
 
-    Without a cache, query l sees key s iff s ≤ l and attention_mask[s]. With a cache, the L
+    Without a cache, query l sees key s iff s ≤ l and attention_mask[s] (and l − s < window
+    on sliding-window layers). With a cache, the L
     new keys/values go to slots cache_index .. cache_index+L-1, marked valid where
     attention_mask is True, and query l sees every valid slot ≤ cache_index + l.
 
@@ -101,6 +102,9 @@ class Decoder(nnx.Module):
     causal = jnp.tril(jnp.ones((l, l), bool))
     allowed = causal[None, :, :] & attention_mask[:, None, :]        # [B, L, L]
     allowed_past = None
+    offsets = jnp.arange(l, dtype=jnp.int32)
+    # query l minus key j, in sequence indices (cache slots when cached): for sliding windows
+    distance = offsets[:, None] - offsets[None, :]                     # [L, L]
     if cache is not None:
       if cache_index is None:
         raise ValueError("a cached forward needs cache_index (slot of the first new token)")
@@ -109,11 +113,18 @@ class Decoder(nnx.Module):
       slots = jnp.arange(cache.max_len, dtype=jnp.int32)
       allowed_past = (cache.valid & (slots[None, :] < index))[:, None, :]   # [B, 1, S]
       allowed_past = jnp.broadcast_to(allowed_past, (b, l, cache.max_len))
+      past_distance = (index + offsets)[:, None] - slots[None, :]      # [L, S]
       k_all, v_all = cache.k, cache.v
       zero = jnp.zeros((), jnp.int32)
     for i, layer in enumerate(self.layers):
-      past = None if cache is None else (cache.k[i], cache.v[i], allowed_past)
-      x, (k, v) = layer(x, cos, sin, allowed, past)
+      window = cfg.window(i)
+      layer_allowed, layer_past = allowed, allowed_past
+      if window is not None:
+        layer_allowed = allowed & (distance < window)[None]
+        if cache is not None:
+          layer_past = allowed_past & (past_distance < window)[None]
+      past = None if cache is None else (cache.k[i], cache.v[i], layer_past)
+      x, (k, v) = layer(x, cos, sin, layer_allowed, past)
       if cache is not None:
         start = (jnp.asarray(i, jnp.int32), zero, index, zero, zero)
         k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)

@@ -41,6 +41,15 @@ FAMILY_CONFIGS = {
         rope_parameters=dict(rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5,
                              short_factor=[1.0, 1.3, 1.9, 2.5],
                              long_factor=[1.5, 2.0, 4.0, 7.0])), "Phi3ForCausalLM"),
+    "phi3_sliding_window": ("Phi3Config", dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+        max_position_embeddings=256, sliding_window=5, rope_theta=1e4), "Phi3ForCausalLM"),
+    "qwen2_sliding_window": ("Qwen2Config", dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        use_sliding_window=True, sliding_window=4, max_window_layers=1,
+        max_position_embeddings=256), "Qwen2ForCausalLM"),
 }
 
 

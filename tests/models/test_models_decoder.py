@@ -67,8 +67,12 @@ def test_from_hf_config_reads_both_rope_layouts():
     bm.DecoderConfig.from_hf_config({**old, "model_type": "gpt2"})
 
 
-def test_cached_prefill_and_decode_equal_full_forward(model, batch):
+@pytest.mark.parametrize("window", [None, 3])
+def test_cached_prefill_and_decode_equal_full_forward(model, batch, window):
   ids, mask, pos = batch
+  if window is not None:  # same weights, windowed attention on layer 1 only
+    model = nnx.merge(*_with_config(model, dataclasses.replace(
+        CFG, sliding_window=window, sliding_layers=(0, 1))))
   full = forward(model, ids, pos, mask)
   cache = bm.KVCache.init(CFG, batch_size=3, max_len=16)
   first, cache = cached_forward(model, ids[:, :6], pos[:, :6], mask[:, :6], cache, jnp.int32(0))
@@ -82,6 +86,12 @@ def test_cached_prefill_and_decode_equal_full_forward(model, batch):
                              np.asarray(full)[np.asarray(mask)], atol=2e-5)
   np.testing.assert_array_equal(np.asarray(cache.valid[:, :10]), np.asarray(mask))
   assert not np.asarray(cache.valid[:, 10:]).any()
+
+
+def _with_config(model, cfg):
+  graphdef, state = nnx.split(bm.Decoder(cfg, rngs=nnx.Rngs(0)))
+  nnx.update(state, nnx.state(model))
+  return graphdef, state
 
 
 def test_cached_decode_under_jit_with_split_merge_and_while_loop(model, batch):

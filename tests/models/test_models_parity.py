@@ -57,3 +57,10 @@ def test_smollm3_has_a_nope_layer(hf_checkpoint):
   path, _ = hf_checkpoint("smollm3_nope")
   cfg = bm.load_pretrained(path).config
   assert [cfg.uses_rope(i) for i in range(4)] == [True, True, True, False]
+
+
+def test_sliding_window_configs_are_read(hf_checkpoint):
+  phi = bm.load_pretrained(hf_checkpoint("phi3_sliding_window")[0]).config
+  assert [phi.window(i) for i in range(2)] == [5, 5]
+  qwen = bm.load_pretrained(hf_checkpoint("qwen2_sliding_window")[0]).config
+  assert [qwen.window(i) for i in range(2)] == [None, 4]  # layers >= max_window_layers

@@ -23,7 +23,7 @@ def _forward(model, ids, mask, pos):
 
 
 @pytest.mark.parametrize("name", ["qwen2_bias_untied", "phi3_longrope", "smollm3_nope",
-                                  "llama_tied_bias"])
+                                  "llama_tied_bias", "qwen2_sliding_window"])
 def test_round_trip_through_transformers(name, hf_checkpoint, tmp_path):
   """HF -> botjax -> save_pretrained (sharded) -> transformers gives the same logits."""
   path, hf = hf_checkpoint(name)
