@@ -614,3 +614,14 @@ def test_gradient_free_estimators_are_finite_on_degenerate_batches(name):
   d["rewards"] = np.ones(B, np.float32)
   out = np.asarray(TOKEN_ESTIMATORS[name](d, GROUP_IDS))
   assert np.all(out == 0.0)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "dynamic_sampling_keep"])
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_sequence_estimators_permute_with_rows(name, seed):
+  fn = getattr(adv, name)
+  r = make_batch(seed)["rewards"]
+  perm = np.random.default_rng(seed).permutation(B)
+  np.testing.assert_allclose(fn(r[perm], GROUP_IDS[perm], num_groups=P),
+                             np.asarray(fn(r, GROUP_IDS, num_groups=P))[perm], rtol=1e-6)

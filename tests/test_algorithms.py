@@ -230,3 +230,17 @@ def test_check_reward_inputs_and_missing_inputs():
 def test_recipe_is_frozen():
   with pytest.raises(dataclasses.FrozenInstanceError):
     alg.RECIPES["grpo"].eps_low = 0.3
+
+
+@pytest.mark.parametrize("name", ["bot_grpo", "verigate"])
+def test_sharded_batch_equals_unsharded(name):
+  # Rows sharded over the 8 fake CPU devices (as a trainer's data axis would): same numbers.
+  mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+  rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  d = make(9)
+  d16 = {k: np.concatenate([v, v[:4]]) for k, v in d.items()}   # B = 16, divisible by 8
+  recipe = alg.get_recipe(name)
+  want = advantages_of(recipe, d16)
+  got = advantages_of(recipe, {k: jax.device_put(v, rows) for k, v in d16.items()})
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -343,3 +343,23 @@ def test_entropy_from_logits_matches_oracle(jit):
     want = -sum((x / tot) * math.log(x / tot) for x in e if x > 0)
     assert got[idx] == pytest.approx(want, rel=1e-5, abs=1e-6)
   assert float(fn(jnp.zeros((V,)))) == pytest.approx(math.log(V), rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_padding_columns_change_nothing(mode, seed):
+  # Extra unscored columns (any values) leave the per-token loss and its aggregate unchanged.
+  d = make(seed, off_policy=0.3)
+  norm = 8.0 if mode == "seq_sum_norm" else None
+  pad = lambda x, v: np.pad(x, ((0, 0), (0, 3)), constant_values=v)
+  base, _ = _clip(d["logp"], d["old"], d["a_tok"], d["mask"])
+  wide, _ = _clip(pad(d["logp"], 5.0), pad(d["old"], -9.0), pad(d["a_tok"], 3.0),
+                  pad(d["mask"], False))
+  np.testing.assert_array_equal(np.asarray(wide)[:, :T], base)
+  assert np.all(np.asarray(wide)[:, T:] == 0.0)
+  np.testing.assert_allclose(losses.aggregate(wide, pad(d["mask"], False), mode=mode, norm=norm),
+                             losses.aggregate(base, d["mask"], mode=mode, norm=norm), rtol=1e-6)
+
+
+_clip = jax.jit(losses.clipped_surrogate)
