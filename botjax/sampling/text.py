@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from botjax.sampling.sampler import SampleOutput, Sampler
+from botjax.sampling.sampler import FINISH_STOP, SampleOutput, Sampler
 
 Message = Mapping[str, str]
 Prompt = str | Sequence[Message]
@@ -155,7 +155,7 @@ def decode_completions(tokenizer: Any, output: SampleOutput,
   completions, offsets = [], []
   for b in range(tokens.shape[0]):
     ids = tokens[b, :int(lengths[b])].tolist()
-    stopped = int(finish[b]) == 0 and len(ids) > 0
+    stopped = int(finish[b]) == FINISH_STOP and len(ids) > 0
     text, offs = decode_with_offsets(tokenizer, ids[:-1] if stopped else ids)
     if stopped:
       offs.append((len(text), len(text)))
