@@ -16,6 +16,13 @@ from botjax.models.layers import Block, RMSNorm, _param, rope_cos_sin
 from botjax.models.sharding import constrain
 
 
+def _block(layer: Block, x, cos, sin, allowed):
+  return layer(x, cos, sin, allowed)
+
+
+_remat_block = nnx.remat(_block)
+
+
 @struct.dataclass
 class KVCache:
   """Per-layer keys and values of S cache slots, and which slots hold a real token.
@@ -51,9 +58,20 @@ class Decoder(nnx.Module):
   """
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32):
+               param_dtype=jnp.float32, remat: bool = False):
+    """Builds the decoder with random weights (or abstract ones under `nnx.eval_shape`).
+
+    Args:
+      cfg: the decoder config.
+      rngs: random streams for the initial weights.
+      dtype: computation dtype.
+      param_dtype: storage dtype of the parameters.
+      remat: recompute each block in the backward pass (`nnx.remat`) instead of keeping its
+        activations; applies to the forward without a cache (training).
+    """
     self.config = cfg
     self.dtype = dtype
+    self.remat = remat
     d, v = cfg.hidden_size, cfg.vocab_size
     # HF's initializer_range: a near-uniform initial policy when the embedding is tied.
     self.embed = _param(rngs, (v, d), ("vocab", "embed"), param_dtype, fan_in=2500)
@@ -123,8 +141,11 @@ class Decoder(nnx.Module):
         layer_allowed = allowed & (distance < window)[None]
         if cache is not None:
           layer_past = allowed_past & (past_distance < window)[None]
-      past = None if cache is None else (cache.k[i], cache.v[i], layer_past)
-      x, (k, v) = layer(x, cos, sin, layer_allowed, past)
+      if cache is None:
+        block = _remat_block if self.remat else _block
+        x, (k, v) = block(layer, x, cos, sin, layer_allowed)
+      else:
+        x, (k, v) = layer(x, cos, sin, layer_allowed, (cache.k[i], cache.v[i], layer_past))
       if cache is not None:
         start = (jnp.asarray(i, jnp.int32), zero, index, zero, zero)
         k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)

@@ -96,13 +96,15 @@ def _param_shapes(cfg: DecoderConfig) -> tuple[tuple[tuple[int, ...], tuple], ..
 
 def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, seq_len: int,
          num_devices: int | None = None, param_dtype=jnp.float32, dtype=jnp.bfloat16,
-         optimizer_states: int = 2, logprob_chunk: int = 128, rules=RULES,
-         compute_flops: bool = True) -> DryRunPlan:
+         optimizer_states: int = 2, logprob_chunk: int = 128, remat: bool = False,
+         rules=RULES, compute_flops: bool = True) -> DryRunPlan:
   """Memory and FLOPs of one training step of `model` on a (possibly absent) mesh.
 
   Activations are estimated for a step without rematerialisation: per layer and token,
   4·D residual/norm values, (2N+2K)·H/t attention values, 3·F/t MLP values in `dtype`, and
   N/t·L float32 attention probabilities (t = tensor-parallel size), plus one chunk of logits.
+  With `remat=True` (`Decoder(..., remat=True)`) only each block's input is kept, plus one
+  block's activations while it is recomputed.
 
   Args:
     model: a preset name or a `DecoderConfig`.
@@ -116,6 +118,7 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
     dtype: computation dtype (activations, KV cache).
     optimizer_states: copies of the parameters the optimizer keeps (AdamW: 2).
     logprob_chunk: positions per log-prob chunk.
+    remat: the model recomputes blocks in the backward pass.
     rules: logical-axis rules.
     compute_flops: compile the step abstractly for its FLOPs (seconds for a 3B model).
 
@@ -147,8 +150,9 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
   per_token_layer = (4 * cfg.hidden_size + 2 * (n_t + k_t) * h + 3 * f_t) * itemsize
   per_token_layer += n_t * seq_len * 4
   v_t = cfg.vocab_size // t if cfg.vocab_size % t == 0 else cfg.vocab_size
-  activation_bytes = (b * seq_len * cfg.num_layers * per_token_layer
-                      + b * seq_len * cfg.hidden_size * itemsize
+  kept_layers = 1 if remat else cfg.num_layers
+  activation_bytes = (b * seq_len * kept_layers * per_token_layer
+                      + (cfg.num_layers if remat else 1) * b * seq_len * cfg.hidden_size * itemsize
                       + 2 * b * min(logprob_chunk, seq_len) * v_t * 4)
   kv_cache_bytes = 2 * cfg.num_layers * b * seq_len * k_t * h * itemsize
 

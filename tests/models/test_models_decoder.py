@@ -204,10 +204,17 @@ def test_logprob_gradients_match_unchunked(model, batch):
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
     return jnp.where(mask, lp, 0.0).sum()
 
+  def chunked_remat(state):  # same weights, blocks recomputed in the backward pass
+    m = nnx.merge(remat_graphdef, state)
+    return bm.token_logprobs(m, ids, pos, mask, targets, chunk_size=4)[0].sum()
+
+  remat_graphdef = nnx.split(bm.Decoder(CFG, rngs=nnx.Rngs(0), remat=True))[0]
   g1 = jax.jit(jax.grad(chunked))(state)
   g2 = jax.jit(jax.grad(full))(state)
-  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+  g3 = jax.jit(jax.grad(chunked_remat))(state)
+  for a, b, c in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), jax.tree.leaves(g3)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(c), np.asarray(a), atol=1e-5, rtol=1e-5)
   assert max(float(jnp.abs(a).max()) for a in jax.tree.leaves(g1)) > 0
 
 

@@ -60,6 +60,9 @@ def test_tensor_parallel_and_kv_cache_bytes():
   # KV cache: 2·layers·(B/4)·L·(K/2)·H bf16 bytes
   assert b.kv_cache_bytes == 2 * cfg.num_layers * 4 * 256 * 1 * cfg.head_dim * 2
   assert a.kv_cache_bytes == 2 * cfg.num_layers * 2 * 256 * 2 * cfg.head_dim * 2
+  r = bm.plan("qwen2.5-3b", "data:8", batch_size=16, seq_len=256, remat=True,
+              compute_flops=False)
+  assert r.activation_bytes < a.activation_bytes / 4 and r.param_bytes == a.param_bytes
   # planning a 64-chip slice needs no such devices here
   c = bm.plan("qwen2.5-3b", "fsdp:-1", num_devices=64, batch_size=64, seq_len=256,
               compute_flops=False)
