@@ -261,6 +261,9 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   rewards shifted by a reward of their group), segment sums over the B rows (no scatter over
   B·T elements), and one elementwise pass that writes the result.
 
+  The result carries no gradient with respect to `token_rewards` (stop_gradient), like every
+  advantage fed to the policy losses.
+
   Args:
     token_rewards: [B, T] float token rewards (e.g. from `bot_token_rewards`).
     mask: [B, T] bool scored tokens; L_k = Σ_t mask.
@@ -275,7 +278,8 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
     Yang et al., BoT-GRPO (ALGORITHMS.md §6, eq. 1–3).
   """
   _check_eps(eps)
-  r = _f32(token_rewards)
+  # Advantages are constants of the policy loss; the variadic reduction below has no JVP rule.
+  r = jax.lax.stop_gradient(_f32(token_rewards))
   chex.assert_rank(r, 2)
   mask = _token_mask(r, mask)
   group_ids = _check_groups(r, group_ids, num_groups)
