@@ -37,9 +37,9 @@ def sampling(model):
                                             max_new_tokens=16, eos_token_ids=(1,)))
 
 
-@jax.jit
-def _full_forward_logits(params, ids):
-  model = nnx.merge(nnx.graphdef(_model()), params)
+@jax.jit(static_argnames="graphdef")
+def _full_forward_logits(graphdef, params, ids):
+  model = nnx.merge(graphdef, params)
   positions = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32)[None], ids.shape)
   return model(ids, positions)[0]
 
@@ -47,12 +47,12 @@ def _full_forward_logits(params, ids):
 def _reference_greedy(model, prompts, steps):
   """Oracle: greedy decoding by re-running the whole (right-padded) sequence without a cache."""
   seqs = [list(p) for p in prompts]
-  params = nnx.state(model)
+  graphdef, params = nnx.split(model)
   for _ in range(steps):
     ids = np.zeros((len(seqs), 32), np.int32)
     for b, s in enumerate(seqs):
       ids[b, :len(s)] = s
-    logits = np.asarray(_full_forward_logits(params, jnp.asarray(ids)))
+    logits = np.asarray(_full_forward_logits(graphdef, params, jnp.asarray(ids)))
     for b, s in enumerate(seqs):
       s.append(int(logits[b, len(s) - 1].argmax()))
   return [s[len(p):] for s, p in zip(seqs, prompts)]
@@ -100,19 +100,26 @@ def test_loop_ends_once_every_row_has_stopped(greedy):
   lengths = np.asarray(out.lengths)
   assert lengths.max() <= 3 and np.all(np.asarray(out.finish_reason) == FINISH_STOP)
   assert int(greedy.last_num_steps) == lengths.max()
-  # A config-level stop set covering the whole vocabulary ends every row at its first token.
-  stop_all = [list(range(64))] * 4
-  out = greedy.generate(PROMPTS, jax.random.key(0), max_new_tokens=16, stop_token_ids=stop_all)
+  # Rows that stop at their first token never enter the decode loop.
+  first = [[int(free[b, 0])] for b in range(4)]
+  out = greedy.generate(PROMPTS, jax.random.key(0), max_new_tokens=16, stop_token_ids=first)
   np.testing.assert_array_equal(out.lengths, [1, 1, 1, 1])
   assert int(greedy.last_num_steps) == 1
+  assert greedy.num_compiled() == 1
+
+
+@jax.jit(static_argnames=("graphdef", "temperature"))
+def _trainer_logp(graphdef, params, ids, positions, mask, targets, temperature):
+  model = nnx.merge(graphdef, params)
+  return bm.token_logprobs(model, ids, positions, mask, targets, temperature=temperature)[0]
 
 
 def test_logp_matches_teacher_forced_token_logprobs(model, sampling, greedy):
-  for sampler in (sampling, greedy):
-    out = sampler.generate(PROMPTS, jax.random.key(3), n=2)
+  for sampler, n in ((sampling, 2), (greedy, 1)):
+    out = sampler.generate(PROMPTS, jax.random.key(3), n=n)
     tf = out.teacher_forcing()
-    logp_full, _ = bm.token_logprobs(model, tf.input_ids, tf.positions, tf.attention_mask,
-                                     tf.targets, temperature=sampler.config.logp_temperature)
+    logp_full = _trainer_logp(*nnx.split(model), tf.input_ids, tf.positions, tf.attention_mask,
+                              tf.targets, temperature=sampler.config.logp_temperature)
     t = out.tokens.shape[1]
     ref = np.asarray(logp_full[:, tf.start:tf.start + t])
     mask = np.asarray(out.mask)
