@@ -199,13 +199,15 @@ def test_browser_killed_between_batches_is_relaunched(pool, renderer):
   import signal
   _render(pool, renderer, [GOOD])
   pids = renderer._browser_pids()
-  assert pids
+  old_dir = renderer._tmpdir
+  assert pids and os.path.isdir(old_dir)
   for pid in pids:
     os.kill(pid, signal.SIGKILL)
   before = renderer.browser_restarts
   [res] = _render(pool, renderer, [GOOD])
   assert res.ok and "Hello botjax" in res.text
   assert renderer.browser_restarts == before + 1
+  assert not os.path.exists(old_dir)  # the dead browser's profile and TMPDIR were removed
   with pytest.raises(ValueError, match="vlm_judge needs screenshots"):
     ReactReward(ReactRewardConfig(render=False), vlm_judge=J.VLMJudge(
         J.JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1")))

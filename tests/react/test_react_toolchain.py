@@ -106,9 +106,12 @@ def test_missing_default_export_gets_one_appended(pool):
 
 def test_worker_timeout_and_crash_are_failures_and_workers_come_back(pool):
   worker = pool._workers[0]
+  worker.request({"op": "modules"}, timeout_s=60)
+  old_dir = worker.tmpdir
+  assert os.path.isdir(old_dir)
   with pytest.raises(TimeoutError, match="time limit"):
     worker.request({"source": GOOD, "lint": True}, timeout_s=1e-4)
-  assert worker.proc is None
+  assert worker.proc is None and not os.path.exists(old_dir)  # its temporary directory is gone
   worker.request({"source": GOOD}, timeout_s=60)  # restarted on demand
   os.killpg(worker.proc.pid, signal.SIGKILL)
   worker.proc.wait()

@@ -237,16 +237,28 @@ class ReactReward:
                                         [extracted[i].code for i in shown])
         for i, v in zip(shown, verdicts):
           vlm_verdicts[i] = v
-    scores = [self._compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
+    scores = [self.compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
                             vlm_verdicts[i]) for i in range(len(completions))]
     for i, error in broken.items():  # infrastructure failures are fallbacks, flagged as such
       scores[i] = dataclasses.replace(
           scores[i], result=dataclasses.replace(scores[i].result, failed=True, error=error))
     return scores
 
-  def _compose(self, ext: ExtractedCode | None, comp: CompileResult | None,
-               rend: RenderResult | None, code_v: CodeVerdict | None,
-               vlm_v: VLMVerdict | None) -> ReactScore:
+  def compose(self, ext: ExtractedCode | None, comp: CompileResult | None,
+              rend: RenderResult | None, code_v: CodeVerdict | None,
+              vlm_v: VLMVerdict | None) -> ReactScore:
+    """Combines one completion's measurements into its reward (no processes involved).
+
+    Args:
+      ext: the extracted component, or None when there is none.
+      comp: its compile/lint result (required when `ext` is given).
+      rend: its render result, or None when it was not rendered.
+      code_v: the code judge's verdict, or None without a code judge.
+      vlm_v: the screenshot judge's verdict, or None when it was not judged.
+
+    Returns:
+      ReactScore whose `result` holds reward = Σ components and the per-line token spans.
+    """
     c = self.config
     parts = dict.fromkeys(COMPONENTS, 0.0)
     errors = []
@@ -289,7 +301,8 @@ class ReactReward:
       else:
         parts["vlm"] = c.vlm_weight * vlm_v.score
         vlm_lines = {line: c.vlm_line_weight * impact for line, impact in vlm_v.lines}
-    lines = P.merge(compile_lines, lint_lines, judge_lines, vlm_lines)
+    lines = {line: p for line, p in P.merge(compile_lines, lint_lines, judge_lines,
+                                             vlm_lines).items() if p != 0.0}
     values = P.spread(lines, ext.num_lines, window=c.window)
     spans = P.line_spans_of(values, ext, weight=c.line_weight)
     result = RewardResult(reward=float(sum(parts.values())), components=parts, token_spans=spans,
