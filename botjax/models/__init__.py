@@ -14,7 +14,8 @@ from botjax.models.decoder import Decoder, KVCache
 from botjax.models.logprobs import logprobs_from_hidden, token_logprobs
 from botjax.models.plan import DryRunPlan, plan
 from botjax.models.presets import PRESETS, get_config
-from botjax.models.weights import load_pretrained, load_tokenizer, resolve_checkpoint, save_pretrained
+from botjax.models.weights import (load_pretrained, load_tokenizer, resolve_checkpoint,
+                                   save_pretrained)
 
 __all__ = [
     "DecoderConfig", "Decoder", "KVCache", "PRESETS", "get_config", "token_logprobs",

@@ -72,7 +72,8 @@ class DecoderConfig:
 
   def __post_init__(self):
     if self.model_type not in FAMILIES:
-      raise ValueError(f"model_type {self.model_type!r} is not supported; valid: {sorted(FAMILIES)}")
+      raise ValueError(f"model_type {self.model_type!r} is not supported; "
+                       f"valid: {sorted(FAMILIES)}")
     if self.rope_type not in ROPE_TYPES:
       raise ValueError(f"rope_type {self.rope_type!r} is not supported; valid: {ROPE_TYPES}")
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -83,7 +84,8 @@ class DecoderConfig:
       raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
                        f"({self.num_kv_heads})")
     if self.rotary_dim % 2:
-      raise ValueError(f"rotary dim head_dim*partial_rotary_factor = {self.rotary_dim} must be even")
+      raise ValueError(f"rotary dim head_dim*partial_rotary_factor = {self.rotary_dim} "
+                       "must be even")
     if self.no_rope_layers is not None and len(self.no_rope_layers) < self.num_layers:
       raise ValueError(f"no_rope_layers has {len(self.no_rope_layers)} entries, need at least "
                        f"num_layers = {self.num_layers}")

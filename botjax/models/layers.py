@@ -162,9 +162,10 @@ class Attention(nnx.Module):
     d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.num_heads, self.num_kv_heads, self.head_dim = n, k, h
     self.dtype = dtype
-    self.q_kernel = _param(rngs, (d, n, h), ("embed", "q_heads", "head_dim"), param_dtype, fan_in=d)
-    self.k_kernel = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), param_dtype, fan_in=d)
-    self.v_kernel = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), param_dtype, fan_in=d)
+    q_axes, kv_axes = ("embed", "q_heads", "head_dim"), ("embed", "kv_heads", "head_dim")
+    self.q_kernel = _param(rngs, (d, n, h), q_axes, param_dtype, fan_in=d)
+    self.k_kernel = _param(rngs, (d, k, h), kv_axes, param_dtype, fan_in=d)
+    self.v_kernel = _param(rngs, (d, k, h), kv_axes, param_dtype, fan_in=d)
     self.o_kernel = _param(rngs, (n, h, d), ("q_heads", "head_dim", "embed"), param_dtype,
                            fan_in=n * h)
     if cfg.qkv_bias:

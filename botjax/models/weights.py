@@ -164,35 +164,48 @@ def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
                     max_shard_bytes: int = 2 << 30) -> None:
   """Writes `config.json` and safetensors in the Hugging Face layout that `transformers` loads.
 
+  Tensors are gathered one at a time to host memory (across processes on multi-host meshes);
+  only process 0 writes files.
+
   Args:
     model: the `Decoder`.
     path: output directory (created).
     dtype: dtype of the saved tensors (default: the parameters' own).
     max_shard_bytes: above this a checkpoint is split into several files with an index.
   """
+  from jax.experimental import multihost_utils
   from safetensors.flax import save_file
 
   cfg: DecoderConfig = model.config
-  os.makedirs(path, exist_ok=True)
+  writer = jax.process_index() == 0
   state = nnx.state(model)
   values = {".".join(str(p) for p in k): v.get_value() for k, v in nnx.to_flat_state(state)}
+  host = jax.devices("cpu")[0]  # shards accumulate in host memory, not on an accelerator
+
+  def fetch(array: jax.Array) -> np.ndarray:
+    if not array.is_fully_addressable:
+      array = multihost_utils.process_allgather(array, tiled=True)
+    return np.asarray(jax.device_get(array)).astype(np.float32)
+
   shards: list[dict[str, jax.Array]] = [{}]
   size = 0
-  saved_dtype = None
+  out_dtype = jnp.dtype(dtype) if dtype is not None else None
   for rule, name, paths in families.all_names(cfg):
-    parts = tuple(np.asarray(jax.device_get(values[p]).astype(jnp.float32)) for p in paths)
-    tensor = np.ascontiguousarray(rule.join(parts, cfg))
-    out_dtype = dtype or values[paths[0]].dtype
-    saved_dtype = jnp.dtype(out_dtype)
-    nbytes = tensor.size * saved_dtype.itemsize
+    tensor = np.ascontiguousarray(rule.join(tuple(fetch(values[p]) for p in paths), cfg))
+    tensor_dtype = out_dtype or jnp.dtype(values[paths[0]].dtype)
+    nbytes = tensor.size * tensor_dtype.itemsize
     if shards[-1] and size + nbytes > max_shard_bytes:
       shards.append({})
       size = 0
-    shards[-1][name] = jnp.asarray(tensor, dtype=out_dtype)
+    if writer:
+      shards[-1][name] = jax.device_put(jnp.asarray(tensor, dtype=tensor_dtype), host)
     size += nbytes
-  hf = cfg.to_hf_config(dtype=str(saved_dtype.name if saved_dtype is not None else "float32"))
+  if not writer:
+    return
+  os.makedirs(path, exist_ok=True)
+  saved = out_dtype or jnp.dtype(values["embed"].dtype)
   with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(hf, f, indent=2)
+    json.dump(cfg.to_hf_config(dtype=saved.name), f, indent=2)
   if len(shards) == 1:
     save_file(shards[0], os.path.join(path, _SINGLE), metadata={"format": "pt"})
     return

@@ -67,6 +67,12 @@ def test_bfloat16_checkpoint_loads(tmp_path):
   np.testing.assert_allclose(_forward(model32, ids, mask, pos)[mask], ref[mask], atol=ATOL)
   np.testing.assert_array_equal(np.asarray(model16.embed[...].astype(jnp.float32)),
                                 np.asarray(model32.embed[...]))
+  # and back out in bf16: transformers reads the same bf16 weights
+  bm.save_pretrained(model32, str(tmp_path / "out"), dtype=jnp.bfloat16)
+  back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+  w = back.model.layers[0].self_attn.q_proj.weight
+  assert w.dtype == torch.bfloat16
+  assert torch.equal(w, hf.model.layers[0].self_attn.q_proj.weight)
 
 
 def _copy_with(src, dst, edit):
