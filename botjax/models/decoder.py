@@ -40,7 +40,17 @@ class KVCache:
   @classmethod
   def init(cls, cfg: DecoderConfig, *, batch_size: int, max_len: int,
            dtype=jnp.float32) -> "KVCache":
-    """An empty cache of `max_len` slots for `batch_size` rows."""
+    """An empty cache (no valid slot) for a config.
+
+    Args:
+      cfg: the decoder config (layers, kv heads, head dim).
+      batch_size: B rows.
+      max_len: S slots per row (prompt + generated tokens).
+      dtype: storage dtype of keys and values.
+
+    Returns:
+      A `KVCache` with k, v zeros [num_layers, B, S, K, H] and valid all False [B, S].
+    """
     shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
     return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
                valid=jnp.zeros((batch_size, max_len), bool))
@@ -126,6 +136,9 @@ class Decoder(nnx.Module):
     if cache is not None:
       if cache_index is None:
         raise ValueError("a cached forward needs cache_index (slot of the first new token)")
+      if l > cache.max_len or cache.valid.shape[0] != b:
+        raise ValueError(f"{b} rows of {l} new tokens do not fit a cache of "
+                         f"{cache.valid.shape[0]} rows x {cache.max_len} slots")
       index = jnp.asarray(cache_index, jnp.int32)
       # The new tokens' own slots are covered by `allowed`; earlier slots by `allowed_past`.
       slots = jnp.arange(cache.max_len, dtype=jnp.int32)
