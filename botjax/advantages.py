@@ -283,6 +283,8 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   chex.assert_rank(r, 2)
   mask = _token_mask(r, mask)
   group_ids = _check_groups(r, group_ids, num_groups)
+  if r.shape[1] == 0:   # no tokens at all (static shape): nothing to normalise
+    return jnp.zeros(r.shape, jnp.float32)
 
   # Shift every group by one of its own token rewards c_g (the first scored token of one of
   # its rows). A constant group then has x ≡ 0 exactly, so its advantages are exactly 0 (a
