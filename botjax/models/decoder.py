@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
 from botjax.models.config import DecoderConfig
@@ -107,7 +108,8 @@ class Decoder(nnx.Module):
       positions: int32 [B, L] position ids (explicit, so left-padded rows work).
       attention_mask: bool [B, L], True on real tokens (default: all True).
       cache: a `KVCache` with S ≥ cache_index + L slots, or None.
-      cache_index: int32 scalar (may be traced): the slot of the first new token.
+      cache_index: int32 scalar (may be traced): the slot of the first new token. A Python
+        int 0 (prefill) skips reading the cache, which then holds no earlier slot.
       return_hidden: return the final-normed hidden states [B, L, D] instead of logits.
 
     Returns:
@@ -139,6 +141,8 @@ class Decoder(nnx.Module):
       if l > cache.max_len or cache.valid.shape[0] != b:
         raise ValueError(f"{b} rows of {l} new tokens do not fit a cache of "
                          f"{cache.valid.shape[0]} rows x {cache.max_len} slots")
+      # A static 0 (a Python int) is a prefill into an empty prefix: skip the cached scores.
+      fresh = isinstance(cache_index, (int, np.integer)) and int(cache_index) == 0
       index = jnp.asarray(cache_index, jnp.int32)
       # The new tokens' own slots are covered by `allowed`; earlier slots by `allowed_past`.
       slots = jnp.arange(cache.max_len, dtype=jnp.int32)
@@ -157,6 +161,8 @@ class Decoder(nnx.Module):
       if cache is None:
         block = _remat_block if self.remat else _block
         x, (k, v) = block(layer, x, cos, sin, layer_allowed)
+      elif fresh:  # slot 0 onward: no earlier slot exists, so the cache is not read
+        x, (k, v) = layer(x, cos, sin, layer_allowed)
       else:
         x, (k, v) = layer(x, cos, sin, layer_allowed, (cache.k[i], cache.v[i], layer_past))
       if cache is not None:

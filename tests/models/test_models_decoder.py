@@ -76,6 +76,13 @@ def test_cached_prefill_and_decode_equal_full_forward(model, batch, window):
   full = forward(model, ids, pos, mask)
   cache = bm.KVCache.init(CFG, batch_size=3, max_len=16)
   first, cache = cached_forward(model, ids[:, :6], pos[:, :6], mask[:, :6], cache, jnp.int32(0))
+  # a static 0 skips reading the (empty) cache and gives the same result
+  fresh, fresh_cache = model(ids[:, :6], pos[:, :6], attention_mask=mask[:, :6],
+                             cache=bm.KVCache.init(CFG, batch_size=3, max_len=16), cache_index=0)
+  m6 = np.asarray(mask[:, :6])  # padded queries see no key: their outputs are arbitrary
+  np.testing.assert_allclose(np.asarray(fresh)[m6], np.asarray(first)[m6], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(fresh_cache.k)[:, :, :6][:, m6],
+                             np.asarray(cache.k)[:, :, :6][:, m6], atol=1e-5)
   steps = [first]
   for t in range(6, 10):  # one token at a time, as the sampler decodes
     out, cache = cached_forward(model, ids[:, t:t + 1], pos[:, t:t + 1], mask[:, t:t + 1],
