@@ -140,3 +140,14 @@ def test_tokenizer_loads_with_chat_template(tmp_path):
   ids = loaded.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=True,
                                    return_dict=False)
   assert list(ids) == [6, 7, 4]
+
+
+def test_transformers_sharded_checkpoint_loads(tmp_path):
+  hf = make_hf_model("llama3_scaling", seed=4)
+  hf.save_pretrained(tmp_path, max_shard_size="40KB")
+  files = [f for f in os.listdir(tmp_path) if f.endswith(".safetensors")]
+  assert len(files) > 1 and (tmp_path / "model.safetensors.index.json").exists()
+  model = bm.load_pretrained(str(tmp_path))
+  ids, mask, pos = left_padded_batch(2, 20, hf.config.vocab_size, seed=8)  # beyond original 16
+  np.testing.assert_allclose(_forward(model, ids, mask, pos)[mask],
+                             hf_logits(hf, ids, mask, pos)[mask], atol=ATOL)
