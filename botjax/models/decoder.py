@@ -99,9 +99,10 @@ class Decoder(nnx.Module):
     """Forward pass over L new tokens, optionally through a KV cache.
 
     Without a cache, query l sees key s iff s ≤ l and attention_mask[s] (and l − s < window
-    on sliding-window layers). With a cache, the L
-    new keys/values go to slots cache_index .. cache_index+L-1, marked valid where
-    attention_mask is True, and query l sees every valid slot ≤ cache_index + l.
+    on sliding-window layers). With a cache, the L new keys/values go to slots
+    cache_index .. cache_index+L-1, marked valid where attention_mask is True, and query l
+    sees every valid slot ≤ cache_index + l. Outputs at padded positions are finite but
+    meaningless.
 
     Args:
       input_ids: int32 [B, L] token ids.
