@@ -151,7 +151,7 @@ def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 
   """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe)."""
   cfg = config_lib.TrainConfig(
       recipe=recipe, steps=steps, seed=seed, workdir=workdir,
-      optim=config_lib.OptimConfig(learning_rate=1e-3, warmup_steps=5, max_grad_norm=1.0),
+      optim=config_lib.OptimConfig(learning_rate=3e-4, warmup_steps=5, max_grad_norm=1.0),
       rollout=config_lib.RolloutConfig(prompts_per_step=16, group_size=8, max_prompt_tokens=128,
                                        max_new_tokens=96, temperature=1.0),
       reward=config_lib.RewardConfig(workers=1, timeout_s=30.0, kind="inline"),
