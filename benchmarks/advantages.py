@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -23,17 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from botjax import advantages as adv
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+from _machine import cpu_model
 
 
 def median_time_donated(fn, make_input, repeats: int) -> float:

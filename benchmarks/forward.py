@@ -10,7 +10,6 @@ with its default thread count. Prints the machine, both timings and the ratio.
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 
@@ -23,16 +22,7 @@ from flax import nnx
 
 import botjax.models as bm
 
-
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown CPU"
+from _machine import cpu_model as cpu_name
 
 
 def best_of(fn, reps: int) -> float:

@@ -16,21 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
-
-
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+from _machine import cpu_model as _cpu_model
 
 
 def main() -> None:

@@ -532,6 +532,10 @@ class RLTrainer:
     os.makedirs(cfg.workdir, exist_ok=True)
     with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
       json.dump(self.run_config, f, indent=2, sort_keys=True)
+    if cfg.progress:
+      where = f"resuming at step {self.host_step}" if self.resumed_from else "starting"
+      print(f"[botjax] {where} in {cfg.workdir}; recipe {self.recipe}\n[botjax] config: "
+            + json.dumps(self.run_config, sort_keys=True), flush=True)
     self.writer = MetricsWriter(cfg.workdir, tensorboard=cfg.tensorboard,
                                 wandb_project=cfg.wandb_project, config=self.run_config)
     records = []
