@@ -131,7 +131,7 @@ def correct_fn(completion: str, record) -> bool:
 
 
 def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.0,
-                 max_new_tokens: int = 96, seed: int = 1234):
+                 max_new_tokens: int = 64, seed: int = 1234):
   """`(trainer, step) -> metrics`: held-out accuracy of sampled completions (avg@n, pass@k)."""
   cache: dict = {}
 
@@ -151,9 +151,9 @@ def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 
   """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe)."""
   cfg = config_lib.TrainConfig(
       recipe=recipe, steps=steps, seed=seed, workdir=workdir,
-      optim=config_lib.OptimConfig(learning_rate=3e-4, warmup_steps=5, max_grad_norm=1.0),
+      optim=config_lib.OptimConfig(learning_rate=2e-4, warmup_steps=5, max_grad_norm=1.0),
       rollout=config_lib.RolloutConfig(prompts_per_step=16, group_size=8, max_prompt_tokens=128,
-                                       max_new_tokens=96, temperature=1.0),
+                                       max_new_tokens=64, temperature=1.0),
       reward=config_lib.RewardConfig(workers=1, timeout_s=30.0, kind="inline"),
       eval_every=10, checkpoint_every=0, log_every=1, tensorboard=False)
   return config_lib.apply_overrides(cfg, overrides)

@@ -144,6 +144,23 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
+# Completion columns are trimmed to the longest completion, rounded up to this multiple: the
+# sampler pads to its generation bucket (a power of two), and every padded column would cost
+# the update a full forward and backward pass. A handful of multiples = a handful of programs.
+TRIM_MULTIPLE = 32
+
+
+def _trim_columns(r: Rollouts, multiple: int) -> Rollouts:
+  """Drops trailing completion columns that no row uses (keeping a multiple of `multiple`)."""
+  used = int(r.mask.any(axis=0).nonzero()[0].max()) + 1 if r.mask.any() else 1
+  t = min(r.tokens.shape[1], _round_up(used, multiple))
+  if t == r.tokens.shape[1]:
+    return r
+  cut = lambda x: None if x is None else x[:, :t]
+  return dataclasses.replace(r, tokens=cut(r.tokens), mask=cut(r.mask), logp=cut(r.logp),
+                             local=cut(r.local), token_step=cut(r.token_step))
+
+
 def default_prompt(record: Mapping[str, Any]):
   """Chat messages for a record: its `messages`, else its `prompt`/`problem` as one user turn."""
   if "messages" in record:
@@ -410,6 +427,7 @@ class RLTrainer:
   def build_batch(self, roll: Rollouts) -> tuple[step_lib.RLBatch, dict]:
     """Advantages + teacher-forcing inputs for the update, as device arrays."""
     P = self.cfg.rollout.prompts_per_step
+    roll = _trim_columns(roll, TRIM_MULTIPLE)
     rewards = roll.rewards  # DAPO overlong shaping happens inside compute_advantages
     mask = roll.mask
     a = self._adv_fn(
