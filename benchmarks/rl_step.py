@@ -1,0 +1,340 @@
+"""Seconds per full RL iteration: botjax `RLTrainer` against TRL `GRPOTrainer` on CPU (issue 5).
+
+One iteration = 16 prompts x 8 completions, 64 new tokens each, an exact-answer reward,
+group-normalised advantages and one optimizer update over all 128 completions (GRPO, no KL
+term, no reference model). Both sides load the same tiny random Qwen2 checkpoint (3 layers,
+hidden 96, tied embeddings) and the same tokenizer, written to a temp dir with `transformers`
+`save_pretrained` and `botjax.data.build_tokenizer`, and get the same arithmetic prompts as
+ChatML user turns.
+
+Same number of tokens on both sides: neither trainer can be told to ignore EOS, and a random
+model samples close to uniformly over its ~300 ids, so a few completions would stop early at
+`<|im_end|>`. The checkpoint is therefore edited so that special tokens are practically never
+sampled: hidden dimension 0 of every (tied) embedding row is set to +c and to -c for the EOS, pad
+and BOS rows. The residual stream then carries a large positive dimension 0 at every position,
+which gives every ordinary token the same logit offset (softmax-invariant) and the special tokens
+an offset about 2 c sqrt(hidden) lower (~e^-10 less likely). Both sides run these identical
+weights; the mean completion length of each side is printed to show that all completions are 64
+tokens long, and generated tokens per second are printed as well.
+
+  python benchmarks/rl_step.py                  # 2 warm-up + 5 timed iterations per side
+  python benchmarks/rl_step.py --iters 3 --warmup 1
+
+Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
+machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
+completion length of each side and the per-phase split (generate / reward / rest) of each side.
+Timings are medians of warm iterations; on a shared or busy machine they are noisy (the load
+average is printed before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+
+def _cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def _loadavg() -> str:
+  try:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+  except OSError:
+    return "n/a"
+
+
+# -- the shared setup ------------------------------------------------------------------------
+
+def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap: float):
+  """Writes tokenizer + tiny random Qwen2 to `workdir/model`; returns (dir, records, tokenizer)."""
+  import torch
+  import transformers
+
+  from botjax import data as data_lib
+
+  task = data_lib.ArithmeticTask(num_ops=(2, 3), operand_range=(1, 9), ops=("+", "-"),
+                                 max_abs_value=99, seed=seed)
+  train, _ = data_lib.make_splits(task, num_records, 0)
+  records = [{"problem": r["problem"], "answer": str(r["answer"])} for r in train]
+  model_dir = os.path.join(workdir, "model")
+  tok = data_lib.build_tokenizer(model_dir, task, vocab_size=320, template="{problem}")
+  special = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id, tok.pad_token_id,
+                    tok.convert_tokens_to_ids("<|endoftext|>")})
+  cfg = transformers.Qwen2Config(
+      vocab_size=len(tok), hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
+      num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=True,
+      bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=tok.eos_token_id,
+      pad_token_id=tok.pad_token_id, rope_theta=10000.0, max_position_embeddings=512)
+  torch.manual_seed(seed)
+  model = transformers.Qwen2ForCausalLM(cfg)
+  with torch.no_grad():
+    emb = model.model.embed_tokens.weight
+    emb[:, 0] = special_logit_gap
+    emb[special, 0] = -special_logit_gap
+  model.save_pretrained(model_dir)
+  tok.save_pretrained(model_dir)
+  n_params = sum(p.numel() for p in model.parameters())
+  return model_dir, records, tok, n_params, special
+
+
+def make_reward():
+  import logging
+
+  from botjax.rewards import is_correct
+  logging.getLogger("math_verify").setLevel(logging.ERROR)   # its "timeout is disabled" notes
+
+  def score(completion: str, answer: str) -> float:
+    return 1.0 if is_correct(completion, str(answer), integer=True) else 0.0
+  return score
+
+
+# -- botjax ----------------------------------------------------------------------------------
+
+def bench_botjax(model_dir, records, args, workdir):
+  from botjax import models
+  from botjax.rewards import RewardResult
+  from botjax.train.config import RewardConfig, RolloutConfig, TrainConfig, OptimConfig
+  from botjax.train.loop import ListPrompts, RLTrainer
+
+  score = make_reward()
+
+  def reward_fn(prompts, completions, metadata):
+    return [RewardResult(reward=score(c, m["answer"])) for c, m in zip(completions, metadata)]
+
+  cfg = TrainConfig(
+      recipe="grpo", recipe_overrides=(("kl_coef", 0.0),),
+      optim=OptimConfig(learning_rate=1e-6),
+      rollout=RolloutConfig(prompts_per_step=args.prompts, group_size=args.group,
+                            max_new_tokens=args.new_tokens, temperature=1.0),
+      reward=RewardConfig(kind="inline"), steps=args.warmup + args.iters, seed=args.seed,
+      checkpoint_every=0, eval_every=0, tensorboard=False, progress=False,
+      workdir=os.path.join(workdir, "botjax-run"))
+  t0 = time.perf_counter()
+  model = models.load_pretrained(model_dir)
+  tok = models.load_tokenizer(model_dir)
+  trainer = RLTrainer(cfg, model=model, tokenizer=tok,
+                      prompts=ListPrompts(records, seed=args.seed, shuffle=False),
+                      reward_fn=reward_fn)
+  setup_s = time.perf_counter() - t0
+  steps = []
+  try:
+    for i in range(args.warmup + args.iters):
+      m = trainer.step()
+      m["tokens"] = m["response_length"] * args.prompts * args.group
+      print(f"  botjax iter {i}{' (warm-up)' if i < args.warmup else ''}: {m['step_s']:.3f} s "
+            f"(generate {m['generate_s']:.3f}, reward {m['reward_s']:.3f}, "
+            f"advantages+update {m['update_s']:.3f}), mean length {m['response_length']:.1f}",
+            flush=True)
+      steps.append(m)
+  finally:
+    trainer.close()
+  return {"setup_s": setup_s, "warm": steps[:args.warmup], "timed": steps[args.warmup:]}
+
+
+# -- TRL -------------------------------------------------------------------------------------
+
+def bench_trl(model_dir, records, args, workdir):
+  import datasets
+  import transformers
+  import trl
+
+  score = make_reward()
+  lengths: list[list[int]] = []
+
+  def exact_answer(prompts, completions, completion_ids, answer, **kwargs):
+    lengths.append([len(c) for c in completion_ids])
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [score(t, a) for t, a in zip(texts, answer)]
+
+  n_steps = args.warmup + args.iters
+  rows = records[:args.prompts * n_steps]
+  ds = datasets.Dataset.from_list(
+      [{"prompt": [{"role": "user", "content": r["problem"]}], "answer": r["answer"]}
+       for r in rows])
+  batch = args.prompts * args.group
+  gargs = trl.GRPOConfig(
+      output_dir=os.path.join(workdir, "trl-run"), per_device_train_batch_size=batch,
+      gradient_accumulation_steps=1, generation_batch_size=batch, num_generations=args.group,
+      max_completion_length=args.new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+      learning_rate=1e-6, lr_scheduler_type="constant", warmup_steps=0, beta=0.0,
+      num_iterations=1, max_steps=n_steps, use_cpu=True, bf16=False, fp16=False,
+      logging_steps=1, report_to=[], save_strategy="no", shuffle_dataset=False,
+      seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, log_completions=False)
+
+  class Timer(transformers.TrainerCallback):
+    def __init__(self):
+      self.steps: list[float] = []
+      self._t = 0.0
+
+    def on_step_begin(self, a, state, control, **kw):
+      self._t = time.perf_counter()
+
+    def on_step_end(self, a, state, control, **kw):
+      self.steps.append(time.perf_counter() - self._t)
+
+  timer = Timer()
+  tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+  t0 = time.perf_counter()
+  trainer = trl.GRPOTrainer(model=model_dir, reward_funcs=[exact_answer], args=gargs,
+                            train_dataset=ds, processing_class=tok, callbacks=[timer])
+  setup_s = time.perf_counter() - t0
+
+  # Per-phase timings: wrap the generation and reward methods of this trainer instance.
+  phase = {"generate_s": [], "reward_s": []}
+
+  def timed(name, fn):
+    def wrapper(*a, **kw):
+      t = time.perf_counter()
+      try:
+        return fn(*a, **kw)
+      finally:
+        phase[name].append(time.perf_counter() - t)
+    return wrapper
+
+  trainer.remove_callback(transformers.PrinterCallback)   # its per-step log dicts: read below
+  trainer._generate = timed("generate_s", trainer._generate)
+  trainer._calculate_rewards = timed("reward_s", trainer._calculate_rewards)
+  trainer.train()
+  steps = []
+  for i, s in enumerate(timer.steps):
+    m = {"step_s": s, "generate_s": phase["generate_s"][i], "reward_s": phase["reward_s"][i],
+         "response_length": statistics.fmean(lengths[i])}
+    m["update_s"] = s - m["generate_s"] - m["reward_s"]
+    m["tokens"] = float(sum(lengths[i]))
+    print(f"  TRL    iter {i}{' (warm-up)' if i < args.warmup else ''}: {s:.3f} s "
+          f"(generate {m['generate_s']:.3f}, reward {m['reward_s']:.3f}, "
+          f"rest {m['update_s']:.3f}), mean length {m['response_length']:.1f}", flush=True)
+    steps.append(m)
+  trl_step_time = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
+  if trl_step_time:
+    print(f"  TRL's own step_time metric (training_step without the optimizer step), timed iterations: "
+          f"{', '.join(f'{x:.3f}' for x in trl_step_time[args.warmup:])} s", flush=True)
+  if len(steps) != n_steps:
+    raise RuntimeError(f"TRL ran {len(steps)} optimizer steps, expected {n_steps} (one per "
+                       f"generation of {batch} completions)")
+  return {"setup_s": setup_s, "warm": steps[:args.warmup], "timed": steps[args.warmup:]}
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def _median(steps, key):
+  return statistics.median(s[key] for s in steps)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--iters", type=int, default=5, help="timed iterations per side")
+  parser.add_argument("--warmup", type=int, default=2,
+                      help="untimed iterations per side first (botjax compiles here)")
+  parser.add_argument("--prompts", type=int, default=16)
+  parser.add_argument("--group", type=int, default=8)
+  parser.add_argument("--new-tokens", type=int, default=64)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--special-logit-gap", type=float, default=0.5,
+                      help="c of the embedding edit that keeps EOS/pad from being sampled "
+                           "(0 = unedited random model; completions may then stop early)")
+  parser.add_argument("--side", choices=("both", "botjax", "trl"), default="both")
+  parser.add_argument("--torch-threads", type=int, default=0,
+                      help="torch.set_num_threads for the TRL side (0 = torch's default, one per "
+                           "core); 1 makes TRL far less sensitive to other jobs on the machine")
+  args = parser.parse_args()
+  if args.iters < 1 or args.warmup < 0:
+    parser.error("--iters must be >= 1 and --warmup >= 0")
+
+  import jax
+  import torch
+  import transformers
+
+  if args.torch_threads:
+    torch.set_num_threads(args.torch_threads)
+  versions = (f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__} "
+              f"({torch.get_num_threads()} threads), transformers {transformers.__version__}")
+  try:
+    import accelerate
+    import trl
+    versions += f", trl {trl.__version__}, accelerate {accelerate.__version__}"
+  except ImportError:
+    if args.side != "botjax":
+      raise SystemExit("TRL is not installed: pip install -e .[bench]  (or run --side botjax)")
+  print(f"machine: {_cpu_model()}, {os.cpu_count()} cores, load average {_loadavg()}")
+  busy = os.getloadavg()[0] > 0.5
+  if busy:
+    print(f"WARNING: the machine is busy (1-minute load {os.getloadavg()[0]:.2f} before the "
+          f"benchmark starts); other jobs slow the TRL side (torch's OpenMP threads) far more "
+          f"than the botjax side, which inflates the ratio. Compare on an idle machine.")
+  print(f"versions: python {platform.python_version()}, {versions}")
+
+  n_steps = args.warmup + args.iters
+  with tempfile.TemporaryDirectory(prefix="botjax-rl-bench-") as tmp:
+    t0 = time.perf_counter()
+    model_dir, records, tok, n_params, special = build_setup(
+        tmp, num_records=max(64, args.prompts * n_steps), seed=args.seed,
+        special_logit_gap=args.special_logit_gap)
+    print(f"setup: tiny Qwen2 ({n_params / 1e3:.0f}k parameters, vocab {len(tok)}, 3 layers, "
+          f"hidden 96, tied embeddings), special ids {special} suppressed with c="
+          f"{args.special_logit_gap}; built in {time.perf_counter() - t0:.1f} s")
+    print(f"iteration: {args.prompts} prompts x {args.group} completions, {args.new_tokens} new "
+          f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL; "
+          f"{args.warmup} warm-up + {args.iters} timed iterations per side")
+    results = {}
+    if args.side in ("both", "botjax"):
+      print("botjax RLTrainer:", flush=True)
+      results["botjax"] = bench_botjax(model_dir, records, args, tmp)
+    if args.side in ("both", "trl"):
+      print("TRL GRPOTrainer:", flush=True)
+      results["TRL"] = bench_trl(model_dir, records, args, tmp)
+
+  print()
+  print(f"load average after: {_loadavg()} (2-core machines shared with other jobs give noisy "
+        f"timings)")
+  print(f"{'':8s} {'s/iter':>8s} {'min':>7s} {'max':>7s} {'generate':>9s} {'reward':>7s} "
+        f"{'update':>7s} {'mean len':>9s} {'gen tok/s':>10s} {'first iter':>11s}")
+  for name, r in results.items():
+    t = r["timed"]
+    gen_tps = statistics.median(s["tokens"] / s["generate_s"] for s in t)
+    first = (r["warm"] or t)[0]["step_s"]
+    print(f"{name:8s} {_median(t, 'step_s'):8.3f} {min(s['step_s'] for s in t):7.3f} "
+          f"{max(s['step_s'] for s in t):7.3f} {_median(t, 'generate_s'):9.3f} "
+          f"{_median(t, 'reward_s'):7.3f} {_median(t, 'update_s'):7.3f} "
+          f"{statistics.fmean(s['response_length'] for s in t):9.2f} {gen_tps:10.0f} "
+          f"{first:11.2f}")
+  print("(medians over the timed iterations; 'update' is advantages + log-probs + backward + "
+        "optimizer step, for TRL everything in the step outside generate and reward)")
+  if "botjax" in results:
+    t = results["botjax"]["timed"]
+    s = _median(t, "step_s")
+    parts = {k: _median(t, k) for k in ("generate_s", "reward_s", "update_s")}
+    other = statistics.median(x["step_s"] - x["generate_s"] - x["reward_s"] - x["update_s"]
+                              for x in t)
+    print("botjax per-phase split: " + ", ".join(
+        f"{k[:-2]} {v:.3f} s ({100 * v / s:.0f}%)" for k, v in parts.items())
+        + f", other {other:.3f} s")
+  if len(results) == 2:
+    b, t = _median(results["botjax"]["timed"], "step_s"), _median(results["TRL"]["timed"], "step_s")
+    ratio = t / b
+    print(f"ratio TRL / botjax: {ratio:.2f}x per iteration ({t:.3f} s vs {b:.3f} s); target >= 2x: "
+          f"{'met' if ratio >= 2 else 'NOT met'}"
+          + (" (machine busy: not a valid comparison, see the warning above)" if busy else ""))
+    bmin = min(s["step_s"] for s in results["botjax"]["timed"])
+    tmin = min(s["step_s"] for s in results["TRL"]["timed"])
+    print(f"ratio of the fastest iterations (less sensitive to other jobs on the machine): "
+          f"{tmin / bmin:.2f}x ({tmin:.3f} s vs {bmin:.3f} s)")
+    for k, label in (("generate_s", "generate"), ("update_s", "update")):
+      bk, tk = _median(results["botjax"]["timed"], k), _median(results["TRL"]["timed"], k)
+      print(f"  {label}: TRL / botjax {tk / max(bk, 1e-9):.2f}x")
+
+
+if __name__ == "__main__":
+  main()
