@@ -23,8 +23,14 @@ tokens long, and generated tokens per second are printed as well.
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
 completion length of each side and the per-phase split (generate / reward / rest) of each side.
-Timings are medians of warm iterations; on a shared or busy machine they are noisy (the load
-average is printed before and after).
+Timings are medians of warm iterations. Run it on an idle machine: CPU use by other processes is
+sampled before each side and after both, and the ratio is flagged when it was above 20%. Other
+jobs slow torch's default OpenMP threads (one per core) far more than XLA's, so a busy machine
+inflates the ratio several-fold; `--torch-threads 1` makes the TRL side robust to that.
+
+Iterations 0 and 1 of botjax are compile time (iteration 1 compiles the update a second time,
+because the train state is no longer uncommitted after the first update); `--warmup 2` skips
+both.
 """
 
 from __future__ import annotations
@@ -53,6 +59,21 @@ def _loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
   except OSError:
     return "n/a"
+
+
+def _cpu_busy(seconds: float = 1.0) -> float | None:
+  """Fraction of all cores busy over `seconds` (from /proc/stat), before our own work starts."""
+  def read():
+    with open("/proc/stat") as f:
+      v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]   # total, idle + iowait
+  try:
+    t0, i0 = read()
+    time.sleep(seconds)
+    t1, i1 = read()
+  except (OSError, ValueError, IndexError):
+    return None
+  return 1.0 - (i1 - i0) / max(t1 - t0, 1)
 
 
 # -- the shared setup ------------------------------------------------------------------------
@@ -269,11 +290,19 @@ def main() -> None:
     if args.side != "botjax":
       raise SystemExit("TRL is not installed: pip install -e .[bench]  (or run --side botjax)")
   print(f"machine: {_cpu_model()}, {os.cpu_count()} cores, load average {_loadavg()}")
-  busy = os.getloadavg()[0] > 0.5
-  if busy:
-    print(f"WARNING: the machine is busy (1-minute load {os.getloadavg()[0]:.2f} before the "
-          f"benchmark starts); other jobs slow the TRL side (torch's OpenMP threads) far more "
-          f"than the botjax side, which inflates the ratio. Compare on an idle machine.")
+  busy_fractions = []
+
+  def check_busy(when: str):
+    frac = _cpu_busy()
+    if frac is None:
+      return
+    busy_fractions.append(frac)
+    print(f"CPU busy {when}: {100 * frac:.0f}% of {os.cpu_count()} cores (other processes; 1 s "
+          f"sample)", flush=True)
+    if frac > 0.2:
+      print("WARNING: other jobs are using the CPU; they slow the TRL side (torch's OpenMP "
+            "threads spin at every op) far more than the botjax side, which inflates the ratio. "
+            "Compare on an idle machine, or pass --torch-threads 1.", flush=True)
   print(f"versions: python {platform.python_version()}, {versions}")
 
   n_steps = args.warmup + args.iters
@@ -290,15 +319,18 @@ def main() -> None:
           f"{args.warmup} warm-up + {args.iters} timed iterations per side")
     results = {}
     if args.side in ("both", "botjax"):
+      check_busy("before the botjax side")
       print("botjax RLTrainer:", flush=True)
       results["botjax"] = bench_botjax(model_dir, records, args, tmp)
     if args.side in ("both", "trl"):
+      check_busy("before the TRL side")
       print("TRL GRPOTrainer:", flush=True)
       results["TRL"] = bench_trl(model_dir, records, args, tmp)
 
+  check_busy("after both sides")
+  busy = any(f > 0.2 for f in busy_fractions)
   print()
-  print(f"load average after: {_loadavg()} (2-core machines shared with other jobs give noisy "
-        f"timings)")
+  print(f"load average after: {_loadavg()}")
   print(f"{'':8s} {'s/iter':>8s} {'min':>7s} {'max':>7s} {'generate':>9s} {'reward':>7s} "
         f"{'update':>7s} {'mean len':>9s} {'gen tok/s':>10s} {'first iter':>11s}")
   for name, r in results.items():
