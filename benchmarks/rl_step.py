@@ -14,8 +14,9 @@ sampled: hidden dimension 0 of every (tied) embedding row is set to +c and to -c
 and BOS rows. The residual stream then carries a large positive dimension 0 at every position,
 which gives every ordinary token the same logit offset (softmax-invariant) and the special tokens
 an offset about 2 c sqrt(hidden) lower (~e^-10 less likely). Both sides run these identical
-weights; the mean completion length of each side is printed to show that all completions are 64
-tokens long, and generated tokens per second are printed as well.
+weights; the mean completion length of each side is printed to show that practically all
+completions are 64 tokens long (with the default seed, one TRL completion in iteration 6 still
+stops early: mean 63.8 there), and generated tokens per second are printed as well.
 
   python benchmarks/rl_step.py                  # 2 warm-up + 5 timed iterations per side
   python benchmarks/rl_step.py --iters 3 --warmup 1
