@@ -148,12 +148,24 @@ def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.
 
 def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 60,
                       overrides: Sequence[str] = ()) -> config_lib.TrainConfig:
-  """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe)."""
+  """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe).
+
+  Every recipe keeps its own estimator, surrogate, clipping and aggregation; three settings
+  are made uniform so that the comparison is about those: no KL term (the default of verl,
+  TRL, DAPO, Dr. GRPO and GSPO; it also saves the reference forward pass on CPU), Dr. GRPO's
+  constant normaliser and DAPO's overlong lengths set to this run's 64-token budget.
+  """
+  max_new = 64
+  recipe_overrides = [("kl_coef", 0.0)]
+  if recipe == "dr_grpo":
+    recipe_overrides.append(("agg_norm", float(max_new)))
+  if recipe == "dapo":
+    recipe_overrides += [("overlong_max_length", max_new), ("overlong_cache_length", max_new // 4)]
   cfg = config_lib.TrainConfig(
-      recipe=recipe, steps=steps, seed=seed, workdir=workdir,
-      optim=config_lib.OptimConfig(learning_rate=2e-4, warmup_steps=5, max_grad_norm=1.0),
+      recipe=recipe, steps=steps, seed=seed, workdir=workdir, recipe_overrides=tuple(recipe_overrides),
+      optim=config_lib.OptimConfig(learning_rate=3e-4, warmup_steps=5, max_grad_norm=1.0),
       rollout=config_lib.RolloutConfig(prompts_per_step=16, group_size=8, max_prompt_tokens=128,
-                                       max_new_tokens=64, temperature=1.0),
+                                       max_new_tokens=max_new, temperature=1.0),
       reward=config_lib.RewardConfig(workers=1, timeout_s=30.0, kind="inline"),
       eval_every=10, checkpoint_every=0, log_every=1, tensorboard=False)
   return config_lib.apply_overrides(cfg, overrides)

@@ -161,6 +161,22 @@ def _trim_columns(r: Rollouts, multiple: int) -> Rollouts:
                              local=cut(r.local), token_step=cut(r.token_step))
 
 
+def _commit(tree, mesh):
+  """Places uncommitted leaves (fresh optimizer state, step, key) where the update expects them.
+
+  Otherwise the first update, whose inputs are uncommitted, and the second, whose inputs are
+  the first one's committed outputs, compile two programs for the same shapes.
+  """
+  if mesh is not None:
+    from jax.sharding import NamedSharding, PartitionSpec
+    default = NamedSharding(mesh, PartitionSpec())
+  else:
+    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return jax.tree.map(
+      lambda x: x if getattr(x, "committed", getattr(x, "_committed", True)) else
+      jax.device_put(x, default), tree)
+
+
 def default_prompt(record: Mapping[str, Any]):
   """Chat messages for a record: its `messages`, else its `prompt`/`problem` as one user turn."""
   if "messages" in record:
@@ -238,7 +254,7 @@ class RLTrainer:
                        f"{self.sampling}")
     self.sampler = sampler or Sampler(model, model.config, self.sampling, mesh=mesh)
     self.optimizer = step_lib.make_optimizer(cfg.optim, cfg.steps * cfg.ppo_epochs * cfg.mini_batches)
-    self.state = step_lib.init_state(params, self.optimizer, cfg.seed)
+    self.state = _commit(step_lib.init_state(params, self.optimizer, cfg.seed), mesh)
     self.ref_params = (jax.tree.map(jnp.copy, params) if self.recipe.kl_coef > 0 else None)
     self.position = 0              # prompt-source position (records consumed)
     self.host_step = 0             # RL iterations completed

@@ -67,7 +67,12 @@ def test_every_recipe_runs_two_steps(env, tmp_path, recipe):
   if recipe == "dapo":
     overrides = (("overlong_max_length", 16), ("overlong_cache_length", 4),
                  ("max_resample_rounds", 2))
-  cfg = base_config(tmp_path, recipe, recipe_overrides=overrides)
+  extra = {}
+  if recipe == "gspo":    # several off-policy mini-batches per rollout batch: clipping acts
+    extra = {"mini_batches": 2, "ppo_epochs": 2}
+  if recipe == "dapo":    # gradient accumulation inside the loop
+    extra = {"micro_batch_size": 4}
+  cfg = base_config(tmp_path, recipe, recipe_overrides=overrides, **extra)
   trainer = make_trainer(env, cfg)
   before = params_of(trainer)
   try:
@@ -81,6 +86,8 @@ def test_every_recipe_runs_two_steps(env, tmp_path, recipe):
     assert r["reward_failures"] == 0
   if recipe == "dapo":
     assert all(r["sample_rounds"] >= 1 for r in records)
+  if recipe == "gspo":
+    assert all(0.0 <= r["clip_fraction"] <= 1.0 for r in records)
   after = params_of(trainer)
   moved = any(not np.array_equal(a, b) for a, b in zip(before, after))
   saw_signal = any(r["adv_abs_max"] > 0 for r in records)
