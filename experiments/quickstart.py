@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -22,7 +22,7 @@ from botjax.train.writer import read_jsonl  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algos", ["grpo", "bot_grpo"], "Recipes of botjax.algorithms to compare.")
 flags.DEFINE_integer("seeds", 1, "Seeds per recipe.")
-flags.DEFINE_integer("steps", 60, "RL steps per run.")
+flags.DEFINE_integer("steps", 120, "RL steps per run.")
 flags.DEFINE_string("workdir", "runs/quickstart", "Output directory (warm start is cached here).")
 flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward (BoT-GRPO eq. 4/8).")
 flags.DEFINE_float("judge_noise", 0.0, "Probability of flipping each step verdict.")
@@ -32,6 +32,7 @@ flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead 
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
   prepared = arith.prepare(FLAGS.workdir)
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
