@@ -43,16 +43,7 @@ import statistics
 import tempfile
 import time
 
-
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+from _machine import cpu_model as _cpu_model
 
 
 def _loadavg() -> str:
