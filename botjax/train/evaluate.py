@@ -14,7 +14,8 @@ from botjax.sampling import Sampler, decode_completions, encode_prompts
 def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], *,
              correct_fn: Callable[[str, Mapping[str, Any]], bool], params=None, n: int = 4,
              key=None, ks: Sequence[int] = (1, 2, 4), prompt_fn: Callable | None = None,
-             batch_prompts: int = 64, answer_fn: Callable[[str], Any] | None = None) -> dict:
+             batch_prompts: int = 64, answer_fn: Callable[[str], Any] | None = None,
+             answer_equal: Callable[[Any, Any], bool] | None = None) -> dict:
   """Samples `n` completions for each record and scores them with `correct_fn`.
 
   Args:
@@ -28,11 +29,12 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
     ks: the k of pass@k (k <= n).
     prompt_fn: record -> chat messages or string.
     batch_prompts: prompts per sampler call.
-    answer_fn: extracts an answer for maj@k (None: no maj@k).
+    answer_fn: extracts an answer for maj@n (None: no maj@n).
+    answer_equal: compares an extracted answer with the reference for maj@n (default ==).
 
   Returns:
-    {"accuracy": avg@n, "pass@k": ..., "maj@n": ..., "length": mean completion tokens,
-     "num_problems": P}
+    {"accuracy": avg@n, "pass@k": ..., "maj@n" (with answer_fn), "length": mean completion
+     tokens, "num_problems": P}
   """
   if not records:
     raise ValueError("no evaluation records")
@@ -62,7 +64,5 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
       out[f"pass@{k}"] = float(np.mean([metrics_lib.pass_at_k(n, int(ci), k) for ci in c]))
   if answer_fn is not None:
     golds = [str(r["answer"]) for r in records]
-    out[f"maj@{n}"] = float(np.mean([
-        metrics_lib.maj_at_k(a, g) if hasattr(metrics_lib, "maj_at_k") else 0.0
-        for a, g in zip(answers, golds)]))
+    out[f"maj@{n}"] = metrics_lib.maj_at_k(answers, golds, n, equal=answer_equal)
   return out

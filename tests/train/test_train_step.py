@@ -140,3 +140,30 @@ def test_optimizer_schedule_rejects_unknown_name():
   # first warm-up step: lr = 0 -> no movement
   assert float(upd["w"]) == 0.0
   assert isinstance(sched_opt, optax.GradientTransformation)
+
+
+def test_evaluate_reports_pass_at_k_and_majority(tmp_path):
+  from botjax import data
+  from botjax.sampling import Sampler, SamplingConfig
+  from botjax.train.evaluate import evaluate
+  task = data.ArithmeticTask(num_ops=(1, 1), operand_range=(1, 3), ops=("+",), seed=1)
+  tok = data.build_tokenizer(str(tmp_path / "tok"), task, vocab_size=280, num_problems=50)
+  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), num_layers=1,
+                            hidden_size=32, head_dim=8, intermediate_size=64,
+                            eos_token_id=(tok.eos_token_id,), pad_token_id=tok.pad_token_id)
+  model = models.Decoder(cfg, rngs=nnx.Rngs(0))
+  sampler = Sampler(model, cfg, SamplingConfig(max_new_tokens=8, eos_token_ids=(tok.eos_token_id,),
+                                               pad_token_id=tok.pad_token_id))
+  records = task.problems(3)
+  seen = []
+
+  def correct_fn(text, rec):  # every other completion counts as correct
+    seen.append(text)
+    return len(seen) % 2 == 0
+
+  out = evaluate(sampler, tok, records, correct_fn=correct_fn, n=4, ks=(1, 2, 4),
+                 answer_fn=lambda text: "x", answer_equal=lambda a, b: b == records[0]["answer"])
+  assert len(seen) == 12 and out["num_problems"] == 3
+  assert out["accuracy"] == 0.5 and out["pass@1"] == 0.5
+  assert out["pass@4"] == 1.0 and 0.5 < out["pass@2"] < 1.0
+  assert out["maj@4"] == 1 / 3      # the constant answer matches only the first problem
