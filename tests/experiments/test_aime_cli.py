@@ -1,0 +1,76 @@
+"""experiments/aime.py as a user runs it: subprocesses, exit codes, files written."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "experiments", "aime.py")
+FAST = ["--set=rollout.prompts_per_step=2", "--set=rollout.group_size=4",
+        "--set=rollout.max_new_tokens=32", "--set=tensorboard=false", "--set=progress=false",
+        "--eval_every=0", "--eval_n=4", "--eval_limit=4"]
+TINY_WARM = ["--warm=warm_steps=20", "--warm=num_train=64", "--warm=num_eval=8"]
+
+
+def _run(*args, timeout=240):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
+  env.pop("XLA_FLAGS", None)   # the script must not need conftest's 8 fake devices
+  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                        env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_help_and_dry_run_plan_without_weights(tmp_path):
+  h = _run("--help")
+  assert h.returncode == 0, h.stderr
+  for flag in ("algo", "mesh", "checkpoint", "judge", "dry_run", "eval_only", "resume", "set"):
+    assert f"{flag}:" in h.stdout
+  r = _run("--model=qwen2.5-3b", "--mesh=fsdp:8", "--dry_run", f"--workdir={tmp_path}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "3,085.9 M" in r.stdout and "8 devices" in r.stdout
+  assert '"learning_rate": 5e-07' in r.stdout and not os.listdir(tmp_path)
+
+
+def test_missing_checkpoint_names_the_path(tmp_path):
+  r = _run("--model=qwen2.5-3b", "--checkpoint=/nonexistent", f"--workdir={tmp_path}")
+  assert r.returncode == 2
+  assert "/nonexistent" in r.stderr and "--checkpoint" in r.stderr
+  assert "Traceback" not in r.stderr
+
+
+def test_unreachable_judge_stops_at_start(tmp_path):
+  ckpt = tmp_path / "ckpt"
+  ckpt.mkdir()
+  (ckpt / "config.json").write_text("{}")   # resolve_checkpoint only needs the file to exist
+  r = _run("--model=qwen2.5-3b", f"--checkpoint={ckpt}", "--judge=http://127.0.0.1:9/v1",
+           f"--workdir={tmp_path / 'run'}", timeout=120)
+  assert r.returncode == 2
+  assert "http://127.0.0.1:9/v1" in r.stderr and "unreachable" in r.stderr
+  assert "Traceback" not in r.stderr
+
+
+def _check_tiny_run(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    assert len([line for line in f if line.strip()]) == 2
+  with open(os.path.join(workdir, "eval.json")) as f:
+    latest = json.load(f)["latest"]
+  assert latest["step"] == 2
+  for key in ("pass@1", "pass@2", "pass@4", "avg@4", "maj@4"):
+    assert 0.0 <= latest[key] <= 1.0
+
+
+def test_tiny_end_to_end_small_warm_start(tmp_path):
+  r = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", *TINY_WARM, *FAST)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+  _check_tiny_run(tmp_path)
+  again = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", "--resume=false",
+               *TINY_WARM, *FAST)
+  assert again.returncode == 2 and "--resume=false" in again.stderr
+
+
+@pytest.mark.slow
+def test_tiny_end_to_end_default_warm_start(tmp_path):
+  r = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", *FAST, timeout=600)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+  _check_tiny_run(tmp_path)
