@@ -151,9 +151,11 @@ def build(cfg, tiny):
     prompt_fn = lambda r: data.chat_messages(r, data.MATH_TEMPLATE)  # noqa: E731
     correct_fn = lambda c, r: bool(is_correct(c, str(r["answer"])))  # noqa: E731
   from botjax import algorithms   # check the recipe against the reward before loading weights
-  _user(lambda: algorithms.check_reward_inputs(
-      algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)),
-      has_step_rewards=judge is not None, has_token_rewards=judge is not None))
+  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
+  if judge is None and recipe.granularity is not algorithms.Granularity.SEQUENCE:
+    raise UserError(f"--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
+                    f"--judge_model=NAME (any OpenAI-compatible server, e.g. vLLM or SGLang), or "
+                    f"train a sequence-level recipe such as --algo=grpo")
   evals = evals[:FLAGS.eval_limit] if FLAGS.eval_limit else evals
   reward = MathReward(judge, w_g=FLAGS.w_g, w_s=FLAGS.w_s, strategy=FLAGS.strategy,
                       window=FLAGS.window)
