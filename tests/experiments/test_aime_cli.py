@@ -74,3 +74,11 @@ def test_tiny_end_to_end_default_warm_start(tmp_path):
   r = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", *FAST, timeout=600)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
   _check_tiny_run(tmp_path)
+
+
+@pytest.mark.parametrize("model,params", [("smollm3-3b", "3,075.1 M"),
+                                          ("phi-4-mini-reasoning", "3,836.0 M")])
+def test_dry_run_plan_for_the_other_target_presets(tmp_path, model, params):
+  r = _run(f"--model={model}", "--mesh=fsdp:8", "--dry_run", f"--workdir={tmp_path}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert params in r.stdout and "FLOPs / train step" in r.stdout
