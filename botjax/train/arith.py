@@ -15,16 +15,15 @@ import json
 import os
 import random
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import jax
-import numpy as np
 from flax import nnx
 
 from botjax import data as data_lib
 from botjax import models
 from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
-from botjax.sampling import Sampler, SamplingConfig
+from botjax.sampling import Sampler
 from botjax.train import config as config_lib
 from botjax.train.evaluate import evaluate
 from botjax.train.loop import ListPrompts, RLTrainer

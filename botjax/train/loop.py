@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 from typing import Any, Callable, Mapping, Protocol, Sequence

@@ -12,7 +12,6 @@ summation order, for every aggregation mode.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -260,6 +259,3 @@ def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> Tr
   return TrainState(params=params, opt_state=optimizer.init(params),
                     step=jnp.zeros((), jnp.int32), key=jax.random.PRNGKey(seed))
 
-
-def replace(state: TrainState, **kw) -> TrainState:
-  return dataclasses.replace(state, **kw)
