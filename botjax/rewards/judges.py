@@ -46,6 +46,8 @@ class JudgeRequest:
     context: the earlier steps shown to the judge (empty for the "independent" strategy).
     prior_verdicts: for "context_aware", the judge's verdicts on the earlier units; else None.
     metadata: the problem record.
+    strategy: the judging strategy that built the request (botjax.rewards.steps.STRATEGIES);
+      LLM judges read what they are shown, the exact judge also changes its rule (see there).
   """
   problem: str
   steps: tuple[str, ...]
@@ -54,6 +56,7 @@ class JudgeRequest:
   context: tuple[str, ...] = ()
   prior_verdicts: tuple[int, ...] | None = None
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  strategy: str = "error_propagation"
 
   @property
   def unit(self) -> tuple[str, ...]:
@@ -185,10 +188,21 @@ def apply_op(a: int, op: str, b: int, *, division: str = "floor") -> int | None:
 class ExactArithmeticJudge(StepJudge):
   """Exact step judge for the synthetic arithmetic task.
 
-  Step i (0-based) is correct iff its text is `a op b = c` (integers; + − * and integer division
-  under `division`), a op b == c, and c == metadata["step_values"][i]. A step beyond the reference
-  (i ≥ len(step_values)) or one that does not parse is incorrect. A unit is +1 when all its steps
-  are correct, else −1. With `noise` = p > 0, each unit verdict is negated with probability p, from
+  What "correct" means follows the strategy of the request, as the exact analogue of what an LLM
+  judge can check with what that strategy shows it (paper App. A; docs/ablations.md):
+    "error_propagation" (reference check): step i is correct iff its text is `a op b = c`
+      (integers; + − * and integer division under `division`), a op b == c, and
+      c == metadata["step_values"][i]; steps_to_judge then zeroes every unit after the first −1.
+    "context_aware" (correct given the solution so far): step i is correct iff it parses,
+      a op b == c, op and b are the reference step's operator and operand
+      (metadata["step_exprs"][i], "x op b"), and a is the result the solution itself stated in
+      step i−1 (the reference's first operand for i = 0; the reference value when step i−1 does
+      not parse). A step that correctly continues from an earlier wrong result is +1: the error
+      is charged once, where it was made.
+    "independent" (the step alone, no problem, no context): step i is correct iff it parses and
+      a op b == c. A true equation with the wrong numbers is +1.
+  A step beyond the reference (i ≥ len(step_values)) or one that does not parse is incorrect. A
+  unit is +1 when all its steps are correct, else −1. With `noise` = p > 0, each unit verdict is negated with probability p, from
   an RNG seeded by (seed, the solution's text, the unit), so a given unit of a given solution always
   gets the same flip, and distinct solutions get independent flips.
 
@@ -216,12 +230,50 @@ class ExactArithmeticJudge(StepJudge):
     a, op, b, c = parsed
     return apply_op(a, op, b, division=self.division) == c and c == int(step_values[index])
 
+  def step_correct_in_context(self, steps: Sequence[str], index: int,
+                              step_exprs: Sequence[str], step_values: Sequence[int]) -> bool:
+    """Whether step `index` correctly applies the reference operation to the solution's own
+    previous result (the "context_aware" rule)."""
+    parsed = parse_equation(steps[index])
+    if parsed is None or index >= len(step_exprs):
+      return False
+    a, op, b, c = parsed
+    ref = parse_equation(f"{step_exprs[index]} = 0")
+    if ref is None:
+      raise JudgeError(f"metadata['step_exprs'][{index}]={step_exprs[index]!r} is not 'a op b'")
+    ref_a, ref_op, ref_b, _ = ref
+    if index == 0:
+      expected_a = ref_a
+    else:
+      prev = parse_equation(steps[index - 1])
+      expected_a = prev[3] if prev is not None else int(step_values[index - 1])
+    return (op == ref_op and b == ref_b and a == expected_a
+            and apply_op(a, op, b, division=self.division) == c)
+
+  def step_true(self, text: str) -> bool:
+    """Whether the step is a true equation on its own (the "independent" rule)."""
+    parsed = parse_equation(text)
+    if parsed is None:
+      return False
+    a, op, b, c = parsed
+    return apply_op(a, op, b, division=self.division) == c
+
   def _verdict(self, req: JudgeRequest) -> int:
     if "step_values" not in req.metadata:
       raise JudgeError(f"ExactArithmeticJudge needs metadata['step_values']; got keys "
                        f"{sorted(req.metadata)}")
     values = req.metadata["step_values"]
-    ok = all(self.step_correct(req.steps[i], i, values) for i in range(req.first, req.last))
+    units = range(req.first, req.last)
+    if req.strategy == "independent":
+      ok = all(i < len(values) and self.step_true(req.steps[i]) for i in units)
+    elif req.strategy == "context_aware":
+      if "step_exprs" not in req.metadata:
+        raise JudgeError(f"the context_aware rule needs metadata['step_exprs']; got keys "
+                         f"{sorted(req.metadata)}")
+      exprs = req.metadata["step_exprs"]
+      ok = all(self.step_correct_in_context(req.steps, i, exprs, values) for i in units)
+    else:
+      ok = all(self.step_correct(req.steps[i], i, values) for i in units)
     verdict = 1 if ok else -1
     if self.noise > 0.0:
       key = zlib.crc32("\x1f".join((req.problem, *req.steps)).encode("utf-8", "replace"))

@@ -82,7 +82,7 @@ def judge_steps(judge: StepJudge, problem: str, step_texts: Sequence[str],
   def request(first, last, prior):
     context = () if strategy == "independent" else steps[:first]
     return JudgeRequest(problem=problem, steps=steps, first=first, last=last, context=context,
-                        prior_verdicts=prior, metadata=metadata)
+                        prior_verdicts=prior, metadata=metadata, strategy=strategy)
 
   if strategy == "context_aware":
     verdicts: list[int] = []

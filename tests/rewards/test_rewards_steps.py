@@ -12,7 +12,8 @@ from botjax.rewards.steps import propagate_errors
 
 RIGHT = ["3 + 4 = 7", "7 * 2 = 14", "14 - 5 = 9", "9 + 1 = 10", "10 * 3 = 30"]
 VALUES = [7, 14, 9, 10, 30]
-META = {"answer": "30", "step_values": VALUES}
+META = {"answer": "30", "step_values": VALUES,
+        "step_exprs": ["3 + 4", "7 * 2", "14 - 5", "9 + 1", "10 * 3"]}
 
 
 class RecordingJudge(ExactArithmeticJudge):
@@ -81,10 +82,13 @@ STEPS = ["3 + 4 = 7", "7 * 2 = 15", "15 - 5 = 10", "10 + 0 = 10", "10 * 3 = 30"]
 
 @pytest.mark.parametrize("strategy,window,expected", [
     ("error_propagation", 1, [1, -1, 0, 0, 0]),
-    ("independent", 1, [1, -1, -1, 1, 1]),
-    ("context_aware", 1, [1, -1, -1, 1, 1]),
+    # the exact judge's rule follows the strategy (ExactArithmeticJudge docstring): the
+    # independent rule checks each equation alone, the context-aware one the reference operation
+    # applied to the solution's own previous result ("10 + 0" should have been "+ 1")
+    ("independent", 1, [1, -1, 1, 1, 1]),
+    ("context_aware", 1, [1, -1, 1, -1, 1]),
     ("error_propagation", 3, [-1, 0, 0]),  # windows (0,3), (1,4), (2,5)
-    ("independent", 3, [-1, -1, -1]),
+    ("independent", 3, [-1, -1, 1]),
     ("error_propagation", 2, [-1, 0, 0, 0]),
 ])
 def test_strategies(strategy, window, expected):
@@ -106,7 +110,8 @@ def test_max_units_caps_judge_calls():
   judge = RecordingJudge()
   many = ["3 + 4 = 7"] * 1000  # a runaway completion
   verdicts = judge_steps(judge, "p", many, META, strategy="independent", max_units=4)
-  assert len(judge.requests) == 4 and verdicts == [1, -1, -1, -1] + [0] * 996
+  # each "3 + 4 = 7" is a true equation on its own (the independent rule)
+  assert len(judge.requests) == 4 and verdicts == [1, 1, 1, 1] + [0] * 996
   r = MathReward(judge, max_judged_units=3).score("p", solution(many[:10], 7), META)
   assert len(judge.requests) == 4 + 3
   assert [s for _, _, s in r.steps] == [1.0, -1.0, 0.0] + [0.0] * 7  # error propagation
