@@ -1,0 +1,203 @@
+r"""The paper's BoT-GRPO ablations, reproduced on the CPU arithmetic testbed (issue 8).
+
+  python experiments/ablations.py                          # every ablation, 3 seeds
+  python experiments/ablations.py --ablation=noise --seeds=3
+  python experiments/ablations.py --ablation=all --shard=0/2 & \
+  python experiments/ablations.py --ablation=all --shard=1/2   # two processes share the runs
+  python experiments/ablations.py --report_only            # tables and plots of finished runs
+
+Ablations (each a set of BoT-GRPO variants on the same warm start; docs/ablations.md):
+  strategy  local reward strategy: error propagation, context-aware, independent (Fig. 7); on the
+            exact judge each strategy changes what a step is checked against
+            (`botjax.rewards.ExactArithmeticJudge`).
+  w_s       the local weight w_s in {0.1, 0.5, 1.0} (Fig. 8).
+  window    the step window W (Fig. 9); this task's solutions have 2–3 steps, so the default
+            values are W in {1, 2, 3} (W = 3 is one unit of the whole solution, as W >= 3 is).
+  noise     judge noise: each step verdict flipped with probability p (Fig. 10); reports final
+            accuracy and the peak-to-final drop.
+  stack     the reward stack: global only (w_s = 0) against global + local (Fig. 4).
+Every variant not named by an ablation keeps the base values (w_s 0.5, error propagation, W 1,
+no noise). Runs shared by several ablations (the base) run once. Each ablation writes
+`<workdir>/<ablation>.png` (held-out accuracy and mean reward, mean over seeds with a min–max
+band) and `<workdir>/<ablation>.md` (a table of start / final / best accuracy, peak-to-final
+drop and steps to thresholds, with run times). Runs resume from their metrics when finished.
+Wiring only: the pipeline lives in `botjax.train.arith`.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+FLAGS = flags.FLAGS
+ABLATIONS = ("strategy", "w_s", "window", "noise", "stack")
+flags.DEFINE_list("ablation", ["all"], f"Ablations to run: all or some of {list(ABLATIONS)}.")
+flags.DEFINE_integer("seeds", 3, "Seeds per variant.")
+flags.DEFINE_integer("steps", 60, "RL steps per run.")
+flags.DEFINE_integer("eval_every", 10, "Held-out evaluation every N steps.")
+flags.DEFINE_string("workdir", "runs/ablations", "Output directory (warm start cached here).")
+flags.DEFINE_list("w_s_values", ["0.1", "0.5", "1.0"], "w_s values of the w_s ablation.")
+flags.DEFINE_list("windows", ["1", "2", "3"], "W values of the window ablation.")
+flags.DEFINE_list("noise_values", ["0.0", "0.1", "0.2", "0.3"], "Flip rates of the noise ablation.")
+flags.DEFINE_string("shard", "0/1", "i/n: run only the runs j with j % n == i (parallel processes).")
+flags.DEFINE_bool("report_only", False, "Only write tables and plots of the runs on disk.")
+flags.DEFINE_multi_string("set", [], "TrainConfig override for every run, e.g. --set=optim.learning_rate=1e-4.")
+flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One reward/recipe setting of BoT-GRPO on the arithmetic task."""
+  w_s: float = 0.5
+  strategy: str = "error_propagation"
+  window: int = 1
+  noise: float = 0.0
+
+  @property
+  def key(self) -> str:
+    short = {"error_propagation": "ep", "context_aware": "ca", "independent": "ind"}[self.strategy]
+    return f"ws{self.w_s:g}-{short}-W{self.window}-p{self.noise:g}"
+
+
+def variants(ablation: str) -> dict[str, Variant]:
+  """Label -> Variant for one ablation (labels are what the plot legend shows)."""
+  base = Variant()
+  if ablation == "strategy":
+    return {s.replace("_", " "): dataclasses.replace(base, strategy=s)
+            for s in ("error_propagation", "context_aware", "independent")}
+  if ablation == "w_s":
+    return {f"w_s={v}": dataclasses.replace(base, w_s=float(v)) for v in FLAGS.w_s_values}
+  if ablation == "window":
+    return {f"W={v}": dataclasses.replace(base, window=int(v)) for v in FLAGS.windows}
+  if ablation == "noise":
+    return {f"p={v}": dataclasses.replace(base, noise=float(v)) for v in FLAGS.noise_values}
+  if ablation == "stack":
+    return {"global only": dataclasses.replace(base, w_s=0.0), "global + local": base}
+  raise ValueError(f"unknown ablation {ablation!r}; valid: all, {', '.join(ABLATIONS)}")
+
+
+def run_dir(variant: Variant, seed: int) -> str:
+  return os.path.join(FLAGS.workdir, "runs", f"bot_grpo-{variant.key}-seed{seed}")
+
+
+def finished(path: str) -> bool:
+  from botjax.train.writer import read_jsonl
+  metrics = os.path.join(path, "metrics.jsonl")
+  if not os.path.exists(metrics):
+    return False
+  recs = read_jsonl(metrics)
+  return bool(recs) and recs[-1].get("step") == FLAGS.steps and "eval/accuracy" in recs[-1]
+
+
+def run_one(prepared, variant: Variant, seed: int) -> float:
+  """Trains one run (from scratch: a half-finished run without checkpoints restarts)."""
+  import shutil
+  from botjax.train import arith
+  path = run_dir(variant, seed)
+  if os.path.isdir(path):
+    shutil.rmtree(path)
+  cfg = arith.quickstart_config("bot_grpo", seed=seed, workdir=path, steps=FLAGS.steps,
+                                overrides=FLAGS.set)
+  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+  t0 = time.perf_counter()
+  trainer = arith.make_trainer(prepared, cfg, w_s=variant.w_s, strategy=variant.strategy,
+                               window=variant.window, noise=variant.noise,
+                               run_config={"ablation_variant": dataclasses.asdict(variant)})
+  try:
+    trainer.run()
+  finally:
+    trainer.close()
+  seconds = time.perf_counter() - t0
+  with open(os.path.join(path, "seconds.json"), "w") as f:
+    json.dump({"seconds": seconds}, f)
+  return seconds
+
+
+def report(ablation: str) -> str | None:
+  """Writes `<ablation>.png` and `<ablation>.md` from the finished runs; returns the table."""
+  import numpy as np
+  from botjax.train import report as report_lib
+  from botjax.train.writer import read_jsonl
+  runs, secs = {}, {}
+  for label, v in variants(ablation).items():
+    seeds = [run_dir(v, s) for s in range(FLAGS.seeds) if finished(run_dir(v, s))]
+    if seeds:
+      runs[label] = [read_jsonl(os.path.join(p, "metrics.jsonl")) for p in seeds]
+      secs[label] = [json.load(open(os.path.join(p, "seconds.json")))["seconds"]
+                     for p in seeds if os.path.exists(os.path.join(p, "seconds.json"))]
+  if not runs:
+    return None
+  start = float(np.mean([report_lib.series(r, "eval/accuracy")[1][0]
+                         for recs in runs.values() for r in recs]))
+  thresholds = [round(start + d, 2) for d in (0.05, 0.10, 0.15)]
+  png = os.path.join(FLAGS.workdir, f"{ablation}.png")
+  report_lib.plot_runs(runs, png, title=f"BoT-GRPO ablation: {ablation} (arithmetic, CPU)",
+                       thresholds=thresholds)
+  table = report_lib.summary_table(runs, thresholds=thresholds)
+  rows = ["| variant | seeds | peak-to-final drop | run time per seed |", "|---|---|---|---|"]
+  for label, seeds in runs.items():
+    drops = []
+    for recs in seeds:
+      _, acc = report_lib.series(recs, "eval/accuracy")
+      drops.append(float(acc.max() - acc[-1]))
+    t = secs.get(label) or [float("nan")]
+    rows.append(f"| {label} | {len(seeds)} | {np.mean(drops):.3f} ± {np.std(drops):.3f} | "
+                f"{np.mean(t):.0f} s |")
+  md = os.path.join(FLAGS.workdir, f"{ablation}.md")
+  text = (f"# Ablation: {ablation}\n\nBoT-GRPO on the arithmetic task, {FLAGS.steps} steps, "
+          f"held-out accuracy (avg@4, 128 problems) every {FLAGS.eval_every} steps; mean ± std "
+          f"over seeds. Thresholds: start + 0.05/0.10/0.15.\n\n{table}\n\n" + "\n".join(rows) + "\n")
+  with open(md, "w") as f:
+    f.write(text)
+  print(f"wrote {png} and {md}", flush=True)
+  return text
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)   # orbax and absl INFO noise
+  names = list(ABLATIONS) if FLAGS.ablation == ["all"] else FLAGS.ablation
+  bad = [a for a in names if a not in ABLATIONS]
+  if bad:
+    print(f"error: --ablation={','.join(bad)} unknown; valid: all, {', '.join(ABLATIONS)}",
+          file=sys.stderr)
+    sys.exit(2)
+  try:
+    i, n = (int(x) for x in FLAGS.shard.split("/"))
+    assert 0 <= i < n
+  except (ValueError, AssertionError):
+    print(f"error: --shard={FLAGS.shard} must be i/n with 0 <= i < n", file=sys.stderr)
+    sys.exit(2)
+  todo = []                                  # unique (variant, seed) in a stable order
+  for a in names:
+    for v in variants(a).values():
+      for s in range(FLAGS.seeds):
+        if (v, s) not in todo:
+          todo.append((v, s))
+  mine = [x for j, x in enumerate(todo) if j % n == i]
+  if not FLAGS.report_only:
+    from botjax.train import arith, config as config_lib
+    setup = config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm)
+    prepared = arith.prepare(FLAGS.workdir, setup)
+    left = [(v, s) for v, s in mine if not finished(run_dir(v, s))]
+    print(f"[ablations] {len(todo)} runs in all for {names}; this shard ({i}/{n}): {len(mine)}, "
+          f"{len(mine) - len(left)} already finished", flush=True)
+    t_all = time.perf_counter()
+    for k, (v, s) in enumerate(left):
+      secs = run_one(prepared, v, s)
+      print(f"[ablations] {k + 1}/{len(left)} {v.key} seed {s}: {secs:.0f} s "
+            f"({time.perf_counter() - t_all:.0f} s so far)", flush=True)
+  for a in names:
+    text = report(a)
+    if text:
+      print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)
