@@ -47,6 +47,9 @@ flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward.")
 flags.DEFINE_string("strategy", "error_propagation", "Step-judging strategy (botjax.rewards.STRATEGIES).")
 flags.DEFINE_integer("window", 3, "Steps per judged unit.")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
+flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
+                    "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
+                    "thinks, Qwen2.5 never.")
 
 # Hub repos of the presets (base models where the preset is the base config).
 HF_REPOS = {
@@ -148,7 +151,10 @@ def build(cfg, tiny):
       train, evals = records, _user(lambda: data.load_source(FLAGS.eval_data))
     else:
       train, evals = _user(lambda: data.split_by_year(records))
-    prompt_fn = lambda r: data.chat_messages(r, data.MATH_TEMPLATE)  # noqa: E731
+    from botjax.data import templates
+    thinking = templates.parse_thinking(FLAGS.thinking)
+    prompt_fn = lambda r: templates.chat_messages(  # noqa: E731
+        r, data.MATH_TEMPLATE, thinking=thinking, model=FLAGS.model)
     correct_fn = lambda c, r: bool(is_correct(c, str(r["answer"])))  # noqa: E731
   from botjax import algorithms   # check the recipe against the reward before loading weights
   recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
@@ -179,10 +185,12 @@ def run():
   from botjax import models
   from botjax.train import config as config_lib
   _user(lambda: models.get_config(FLAGS.model))
+  from botjax.data import templates
+  _user(lambda: templates.check_thinking(FLAGS.model, templates.parse_thinking(FLAGS.thinking)))
   cfg = _user(lambda: train_config(tiny))
   print("[aime] flags: " + json.dumps({f: FLAGS[f].value for f in (
       "model", "algo", "mesh", "checkpoint", "train_data", "eval_data", "judge", "judge_model",
-      "w_g", "w_s", "strategy", "window", "eval_n")}, sort_keys=True))
+      "w_g", "w_s", "strategy", "window", "eval_n", "thinking")}, sort_keys=True))
   print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
   if FLAGS.dry_run:
     r = cfg.rollout

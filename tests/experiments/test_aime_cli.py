@@ -82,3 +82,20 @@ def test_dry_run_plan_for_the_other_target_presets(tmp_path, model, params):
   r = _run(f"--model={model}", "--mesh=fsdp:8", "--dry_run", f"--workdir={tmp_path}")
   assert r.returncode == 0, r.stderr[-2000:]
   assert params in r.stdout and "FLOPs / train step" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--model=qwen2.5-3b", "--thinking=on"), "no thinking mode"),
+    (("--model=phi-4-mini-reasoning", "--thinking=off"), "always reasons"),
+    (("--model=smollm3-3b", "--thinking=maybe"), "'maybe' is not valid"),
+])
+def test_thinking_flag_errors(tmp_path, args, message):
+  r = _run(*args, "--dry_run", f"--workdir={tmp_path}", timeout=120)
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_thinking_flag_accepted_and_printed(tmp_path):
+  r = _run("--model=tiny", "--thinking=off", "--dry_run", f"--workdir={tmp_path}", timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert '"thinking": "off"' in r.stdout
