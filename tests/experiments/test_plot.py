@@ -1,0 +1,220 @@
+"""experiments/plot.py: loading runs, seed grouping, threshold crossings, figures and the CLI."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from botjax.train.writer import MetricsWriter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
+
+_spec = importlib.util.spec_from_file_location("botjax_experiments_plot", SCRIPT)
+plot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plot)
+
+# Exact binary fractions, so the seed means below are exact.
+ACC = {
+    "grpo-seed0": [0.125, 0.25, 0.375, 0.5],
+    "grpo-seed1": [0.125, 0.375, 0.5, 0.5],
+    "bot_grpo-seed0": [0.125, 0.5, 0.5, 0.625],
+}
+STEPS = [0, 10, 20, 30]
+
+
+def _write_run(root, name, acc, *, passk=False):
+  w = MetricsWriter(str(root / name), tensorboard=False)
+  for step, a in zip(STEPS, acc):
+    extra = {"eval/accuracy": a}
+    if passk:
+      extra.update({"eval/pass@1": a, "eval/pass@2": min(1.0, 1.5 * a), "eval/pass@4": min(1.0, 2 * a)})
+    w.write(step, {"reward_mean": 2 * a, "loss": 0.5}, **extra)
+  w.close()
+  return str(root / name)
+
+
+@pytest.fixture
+def run_dirs(tmp_path):
+  return [_write_run(tmp_path, name, acc, passk=True) for name, acc in ACC.items()]
+
+
+def _check_png(path, min_w=400, min_h=250):
+  with Image.open(path) as img:
+    img.verify()
+  with Image.open(path) as img:
+    w, h = img.size
+    pixels = np.asarray(img.convert("RGB"), dtype=float)
+  assert w >= min_w and h >= min_h
+  # Not a blank canvas: many distinct colours and real contrast.
+  assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20
+  assert pixels.std() > 10
+
+
+def _cli(*args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env,
+                        timeout=120, cwd=ROOT)
+
+
+def test_run_name_strips_seed_suffix(tmp_path):
+  assert plot.run_name("runs/q/grpo-seed12") == "grpo"
+  assert plot.run_name("runs/q/grpo-seed0/") == "grpo"
+  assert plot.run_name("runs/q/bot_grpo") == "bot_grpo"
+  assert plot.run_name("runs/q/seedless-seedling") == "seedless-seedling"
+  (tmp_path / "aime").mkdir()
+  (tmp_path / "aime" / "eval.json").write_text("{}")
+  assert plot.run_name(str(tmp_path / "aime" / "eval.json")) == "aime"
+
+
+def test_seeds_are_grouped_and_averaged(run_dirs):
+  runs = plot.load_runs(run_dirs)
+  assert list(runs) == ["grpo", "bot_grpo"]
+  assert [len(s) for s in runs.values()] == [2, 1]
+  steps, mean, lo, hi = plot.mean_curve(runs["grpo"], "eval/accuracy")
+  np.testing.assert_array_equal(steps, STEPS)
+  np.testing.assert_allclose(mean, [0.125, 0.3125, 0.4375, 0.5])
+  np.testing.assert_allclose(lo, [0.125, 0.25, 0.375, 0.5])
+  np.testing.assert_allclose(hi, [0.125, 0.375, 0.5, 0.5])
+  _, mean, lo, hi = plot.mean_curve(runs["grpo"], "eval/accuracy", band="std")
+  np.testing.assert_allclose(hi - mean, [0.0, 0.0625, 0.0625, 0.0])   # population std of 2 seeds
+  np.testing.assert_allclose(mean - lo, hi - mean)
+
+
+def test_threshold_crossings_match_hand_computation(run_dirs):
+  runs = plot.load_runs(run_dirs)
+  c = plot.threshold_crossings(runs, "eval/accuracy", [0.3, 0.45, 0.6])
+  # grpo mean 0.125, 0.3125, 0.4375, 0.5: >= 0.3 first at step 10, >= 0.45 at 30, never 0.6.
+  assert c["grpo"][0.3] == {"mean": 10, "seeds": [20, 10]}
+  assert c["grpo"][0.45] == {"mean": 30, "seeds": [30, 20]}
+  assert c["grpo"][0.6] == {"mean": None, "seeds": [None, None]}
+  # bot_grpo 0.125, 0.5, 0.5, 0.625.
+  assert c["bot_grpo"][0.3]["mean"] == 10 and c["bot_grpo"][0.45]["mean"] == 10
+  assert c["bot_grpo"][0.6] == {"mean": 30, "seeds": [30]}
+
+
+def test_figure_marks_crossings(run_dirs):
+  plt = plot._pyplot()
+  runs = plot.load_runs(run_dirs)
+  fig, ax = plt.subplots()
+  plot.draw_metric(ax, runs, "eval/accuracy", thresholds=[0.3, 0.45])
+  vertical = sorted(float(line.get_xdata()[0]) for line in ax.lines
+                    if len(set(np.asarray(line.get_xdata(), float))) == 1
+                    and len(set(np.asarray(line.get_ydata(), float))) > 1)
+  horizontal = sorted(float(line.get_ydata()[0]) for line in ax.lines
+                      if len(set(np.asarray(line.get_ydata(), float))) == 1
+                      and len(set(np.asarray(line.get_xdata(), float))) > 1)
+  plt.close(fig)
+  assert vertical == [10.0, 10.0, 10.0, 30.0]   # grpo 0.3@10, 0.45@30; bot_grpo both @10
+  assert horizontal == [0.3, 0.45]
+  assert len(ax.collections) == 1                # one band: grpo has two seeds, bot_grpo one
+
+
+def test_plot_metric_writes_a_png(run_dirs, tmp_path):
+  out = plot.plot_metric(plot.load_runs(run_dirs), "eval/accuracy", str(tmp_path / "acc.png"),
+                         thresholds=[0.3], title="accuracy")
+  _check_png(out)
+
+
+def test_resumed_run_keeps_the_later_record_per_step(tmp_path):
+  d = tmp_path / "grpo-seed0"
+  w = MetricsWriter(str(d), tensorboard=False)
+  for step, a in [(0, 0.1), (10, 0.2), (20, 0.9), (10, 0.3), (20, 0.4)]:   # resumed from step 0
+    w.write(step, {"eval/accuracy": a})
+  w.close()
+  recs = plot.load_records(str(d))
+  assert [(r["step"], r["eval/accuracy"]) for r in recs] == [(0, 0.1), (10, 0.3), (20, 0.4)]
+
+
+def test_eval_json_feeds_passk(tmp_path):
+  d = tmp_path / "aime"
+  d.mkdir()
+  history = [{"step": s, "pass@1": p, "pass@2": min(1.0, 2 * p), "pass@4": min(1.0, 3 * p),
+              "accuracy": p} for s, p in [(0, 0.125), (10, 0.25), (20, 0.375)]]
+  (d / "eval.json").write_text(json.dumps({"latest": history[-1], "history": history}))
+  runs = plot.load_runs([str(d)])
+  assert plot.passk_keys(runs) == [1, 2, 4]
+  steps, mean, _, _ = plot.mean_curve(runs["aime"], "eval/pass@2")
+  np.testing.assert_array_equal(steps, [0, 10, 20])
+  np.testing.assert_allclose(mean, [0.25, 0.5, 0.75])
+  _check_png(plot.plot_passk(runs, str(tmp_path / "passk.png")), min_w=800)
+  with pytest.raises(plot.PlotError, match="pass@8 is not logged; logged: pass@1, pass@2, pass@4"):
+    plot.plot_passk(runs, str(tmp_path / "x.png"), ks=[8])
+
+
+def test_win_rates_pool_seeds_and_plot(tmp_path):
+  (tmp_path / "vs_grpo-seed0.json").write_text(json.dumps(
+      {"win_rate": 0.625, "tie_rate": 0.25, "wins": 2, "losses": 1, "ties": 1, "n": 4,
+       "outcomes": [1.0, 1.0, 0.0, 0.5]}))
+  (tmp_path / "vs_grpo-seed1.json").write_text(json.dumps(
+      {"win_rate": 0.5, "tie_rate": 0.5, "wins": 1, "losses": 1, "ties": 2, "n": 4}))
+  (tmp_path / "more.json").write_text(json.dumps(
+      {"vs SFT": {"win_rate": 0.75, "tie_rate": 0.0, "wins": 3, "losses": 1, "ties": 0, "n": 4}}))
+  res = plot.load_win_rates([str(tmp_path)])
+  # Pooled: 3 wins, 3 ties, 2 losses of 8 -> (3 + 1.5) / 8.
+  assert res["vs_grpo"] == {"win_rate": 4.5 / 8, "tie_rate": 3 / 8, "wins": 3, "ties": 3,
+                            "losses": 2, "n": 8}
+  assert res["vs SFT"]["win_rate"] == 0.75
+  _check_png(plot.plot_win_rates(res, str(tmp_path / "wr.png")), min_w=300)
+  (tmp_path / "bad.json").write_text(json.dumps({"accuracy": 0.5}))
+  with pytest.raises(plot.PlotError, match="bad.json is not a win-rate result"):
+    plot.load_win_rates([str(tmp_path / "bad.json")])
+
+
+def test_bad_input_raises(run_dirs, tmp_path):
+  with pytest.raises(plot.PlotError, match="no such run directory or file: .*nope"):
+    plot.load_runs([str(tmp_path / "nope")])
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(plot.PlotError, match="neither metrics.jsonl nor eval.json"):
+    plot.load_runs([str(tmp_path / "empty")])
+  runs = plot.load_runs(run_dirs)
+  with pytest.raises(plot.PlotError, match=r"no run logs metric 'eval/acc'; metrics present: "
+                                           r"eval/accuracy, eval/pass@1"):
+    plot.plot_metric(runs, "eval/acc", str(tmp_path / "x.png"))
+  with pytest.raises(plot.PlotError, match="band must be"):
+    plot.mean_curve(runs["grpo"], "eval/accuracy", band="iqr")
+  assert not (tmp_path / "x.png").exists()
+
+
+def test_cli_metric(run_dirs, tmp_path):
+  out = tmp_path / "fig.png"
+  r = _cli(f"--runs={','.join(run_dirs)}", "--metric=eval/accuracy", "--thresholds=0.3,0.45",
+           f"--out={out}", "--band=std")
+  assert r.returncode == 0, r.stderr[-2000:]
+  _check_png(out)
+  assert "| grpo | 2 |" in r.stdout and "| bot_grpo | 1 |" in r.stdout
+  assert "grpo: mean eval/accuracy first >= 0.3 at step 10 (per seed: [20, 10])" in r.stdout
+
+
+def test_cli_passk_and_winrate(run_dirs, tmp_path):
+  out = tmp_path / "passk.png"
+  r = _cli(f"--runs={','.join(run_dirs)}", "--kind=passk", "--ks=1,4", f"--out={out}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  _check_png(out, min_w=700)
+  assert "pass@1:" in r.stdout and "pass@4:" in r.stdout and "pass@2:" not in r.stdout
+  wr = tmp_path / "vs_grpo.json"
+  wr.write_text(json.dumps({"win_rate": 0.5, "tie_rate": 0.5, "wins": 1, "losses": 1, "ties": 2,
+                            "n": 4}))
+  r = _cli(f"--runs={wr}", "--kind=winrate", f"--out={tmp_path / 'wr.png'}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  _check_png(tmp_path / "wr.png", min_w=300)
+  assert "vs_grpo: win rate 0.500, tie rate 0.500" in r.stdout
+
+
+def test_cli_errors_exit_2(run_dirs, tmp_path):
+  r = _cli(f"--runs={tmp_path / 'missing'}", f"--out={tmp_path / 'a.png'}")
+  assert r.returncode == 2 and "no such run directory or file" in r.stderr
+  assert "missing" in r.stderr and "Traceback" not in r.stderr
+  r = _cli(f"--runs={run_dirs[0]}", "--metric=eval/compile_rate", f"--out={tmp_path / 'a.png'}")
+  assert r.returncode == 2 and "'eval/compile_rate'" in r.stderr
+  assert "metrics present: eval/accuracy" in r.stderr and "reward_mean" in r.stderr
+  r = _cli(f"--runs={run_dirs[0]}", "--thresholds=0.3,high", f"--out={tmp_path / 'a.png'}")
+  assert r.returncode == 2 and "--thresholds: 'high' is not a float" in r.stderr
+  r = _cli(f"--runs={run_dirs[0]}", "--kind=passk", "--ks=8", f"--out={tmp_path / 'a.png'}")
+  assert r.returncode == 2 and "pass@8 is not logged" in r.stderr
+  assert not (tmp_path / "a.png").exists()
