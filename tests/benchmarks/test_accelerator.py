@@ -1,0 +1,45 @@
+"""benchmarks/accelerator.py --tiny as a user runs it: a subprocess on CPU, the table, the JSON."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "accelerator.py")
+
+
+def _run(*args, timeout=300):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)   # one CPU device, as on a laptop (not conftest's 8 fake ones)
+  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                        env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
+  path = tmp_path / "out" / "accel.json"
+  r = _run("--tiny", f"--json={path}")
+  assert r.returncode == 0, r.stderr[-3000:]
+  for row in ("rollout 4 prompts x 2 samples x 16 new tokens", "train step 8 x 64 tokens, 2 micro",
+              "FLOPs per train step", "MFU", "peak device memory", "compile: sampler",
+              "compile: train step"):
+    assert row in r.stdout, r.stdout
+  assert "machine:" in r.stdout and "config:" in r.stdout
+  report = json.loads(path.read_text())
+  res = report["results"]
+  for key in ("rollout_tokens_per_s", "rollout_s", "train_step_s", "train_tokens_per_s",
+              "flops_per_step", "flops_6nt", "compile_init_s", "rollout_first_call_s",
+              "compile_train_step_s"):
+    assert math.isfinite(res[key]) and res[key] > 0, (key, res[key])
+  assert res["compile_sampler_s"] >= 0
+  assert res["rollout_tokens"] == 4 * 2 * 16 and res["train_tokens"] == 8 * 64
+  assert res["flops_source"].startswith("XLA cost analysis")
+  assert res["flops_per_step"] > res["flops_6nt"] / 2      # same order as 6·N·tokens
+  assert res["mfu"] is None                                # no peak FLOP/s for a CPU
+  assert report["config"]["model"] == "tiny" and report["config"]["micro"] == 2
+
+
+def test_bad_sizes_exit_2_naming_the_flag():
+  r = _run("--tiny", "--micro=3", timeout=120)
+  assert r.returncode == 2
+  assert "--micro=3" in r.stderr and "Traceback" not in r.stderr
