@@ -3,18 +3,22 @@ r"""Paper-style figures from run directories (the `metrics.jsonl` every run writ
   python experiments/plot.py --runs=runs/quickstart/grpo-seed0,runs/quickstart/bot_grpo-seed0 \
       --metric=eval/accuracy --thresholds=0.3,0.4 --out=accuracy.png
   python experiments/plot.py --kind=passk --runs=runs/aime --out=passk.png
-  python experiments/plot.py --kind=winrate --runs=runs/react/vs_grpo.json,runs/react/vs_sft.json
+  python experiments/plot.py --kind=winrate --runs=runs/cmp-seed0,runs/cmp-seed1   # compare.json
+  python experiments/plot.py --runs=runs/react/bot_grpo,runs/react/grpo --metric=eval/compile_rate \
+      --thresholds=0.8
 
 --kind=metric: one metric against step, one line per run, with dotted lines where each run first
   reaches each threshold (paper Figs. 1, 3). Runs are named by directory basename; a `-seedN`
   suffix is stripped, so `grpo-seed0` and `grpo-seed1` are averaged into one `grpo` line with a
   min-max (--band=minmax) or ±std (--band=std) band. Also prints the summary table of
-  `botjax.train.report` (start/final/best, steps to each threshold).
+  `botjax.train.report` (start/final/best, steps to each threshold). A run's `eval.json`
+  history (experiments/aime.py, experiments/react.py) joins its records as `eval/<key>`.
 --kind=passk: Pass@k against step, one panel per k, from `eval/pass@k` in metrics.jsonl or the
   `history` of an `eval.json` (experiments/aime.py).
 --kind=winrate: pairwise win-rate bars with tie rates from JSON files of the React evaluation
-  (`botjax.rewards.react.evaluate.win_rate` / `pairwise_win_rate` dicts); files named
-  `X-seedN.json` are pooled (their wins, losses and ties summed).
+  (`botjax.rewards.react.evaluate.win_rate` / `pairwise_win_rate` dicts, e.g. the compare.json
+  of `experiments/react.py --compare=A,B`, labelled `A vs B`); results whose labels differ only
+  by `-seedN` are pooled (their wins, losses and ties summed).
 
 A run directory, a `metrics.jsonl` or an `eval.json` can be named in --runs. Errors a user can fix
 (a missing directory, a metric no run logs, a malformed JSON) exit 2 and name what is valid.
@@ -323,24 +327,51 @@ def plot_passk(runs: Mapping[str, Sequence[Sequence[Mapping]]], path: str, *,
   return path
 
 
+def _side_name(path: str) -> str:
+  """`runs/react/bot_grpo-seed0` or `.../bot_grpo-seed0/hf_final` -> `bot_grpo`."""
+  path = os.path.normpath(str(path))
+  if os.path.basename(path) == "hf_final":
+    path = os.path.dirname(path)
+  return SEED_SUFFIX.sub("", os.path.basename(path))
+
+
+def _is_win_rate(d) -> bool:
+  return isinstance(d, dict) and all(k in d for k in WIN_RATE_KEYS)
+
+
 def _win_rate_dicts(blob, stem: str, path: str) -> list[tuple[str, dict]]:
-  if isinstance(blob, dict) and all(k in blob for k in WIN_RATE_KEYS):
-    label = blob.get("label") or blob.get("name") or stem
+  if _is_win_rate(blob):
+    if blob.get("label") or blob.get("name"):
+      label = blob.get("label") or blob.get("name")
+    elif isinstance(blob.get("a"), str) and isinstance(blob.get("b"), str):
+      label = f"{_side_name(blob['a'])} vs {_side_name(blob['b'])}"   # experiments/react.py --compare
+    else:
+      label = stem
     return [(str(label), blob)]
-  if isinstance(blob, dict) and blob and all(isinstance(v, dict) and all(k in v for k in WIN_RATE_KEYS)
-                                             for v in blob.values()):
+  if isinstance(blob, dict) and blob and all(_is_win_rate(v) for v in blob.values()):
     return [(str(k), v) for k, v in blob.items()]
   raise PlotError(f"{path} is not a win-rate result: need a dict with keys "
                   f"{', '.join(WIN_RATE_KEYS)} (botjax.rewards.react.evaluate.win_rate), or a "
                   "dict of such dicts keyed by comparison label")
 
 
+def _read_json(path: str):
+  try:
+    with open(path) as fh:
+      return json.load(fh)
+  except json.JSONDecodeError as e:
+    raise PlotError(f"{path} is not valid JSON: {e}") from None
+
+
 def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
-  """Win-rate results by comparison label; `X-seedN` labels are pooled.
+  """Win-rate results by comparison label; labels that differ only by `-seedN` are pooled.
 
   Args:
-    paths: JSON files, each one `win_rate`/`pairwise_win_rate` dict (label: its `label` key or
-      the file stem) or a dict {label: such dict}; or directories of such files.
+    paths: JSON files, each one `win_rate` / `pairwise_win_rate` dict or a dict {label: such
+      dict}; or directories, whose `*.json` files that hold win-rate results are read (others,
+      such as `config.json` or `eval.json` of a run, are skipped). A dict's label is its `label`
+      or `name` key, else `A vs B` from the `a` and `b` paths that `experiments/react.py
+      --compare` records (without `-seedN` and `hf_final`), else the file stem.
 
   Returns:
     {label: {"win_rate", "tie_rate", "wins", "losses", "ties", "n"}}; a label seen in several
@@ -349,26 +380,27 @@ def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
   """
   if not paths:
     raise PlotError("no win-rate files given")
-  files = []
+  found: list[tuple[str, dict]] = []
   for p in paths:
     if os.path.isdir(p):
-      found = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".json"))
-      if not found:
-        raise PlotError(f"directory {p} holds no .json win-rate files")
-      files += found
+      names = sorted(f for f in os.listdir(p) if f.endswith(".json"))
+      before = len(found)
+      for f in names:
+        blob = _read_json(os.path.join(p, f))
+        try:
+          found += _win_rate_dicts(blob, os.path.splitext(f)[0], os.path.join(p, f))
+        except PlotError:
+          continue
+      if len(found) == before:
+        raise PlotError(f"directory {p} holds no win-rate JSON (looked at: "
+                        f"{', '.join(names) or 'no .json files'})")
     elif os.path.isfile(p):
-      files.append(p)
+      found += _win_rate_dicts(_read_json(p), os.path.splitext(os.path.basename(p))[0], p)
     else:
       raise PlotError(f"no such win-rate file or directory: {p}")
   grouped: dict[str, list[dict]] = {}
-  for f in files:
-    try:
-      with open(f) as fh:
-        blob = json.load(fh)
-    except json.JSONDecodeError as e:
-      raise PlotError(f"{f} is not valid JSON: {e}") from None
-    for label, r in _win_rate_dicts(blob, os.path.splitext(os.path.basename(f))[0], f):
-      grouped.setdefault(SEED_SUFFIX.sub("", label), []).append(r)
+  for label, r in found:
+    grouped.setdefault(SEED_SUFFIX.sub("", label), []).append(r)
   out = {}
   for label, rs in grouped.items():
     if len(rs) == 1:

@@ -166,6 +166,37 @@ def test_win_rates_pool_seeds_and_plot(tmp_path):
     plot.load_win_rates([str(tmp_path / "bad.json")])
 
 
+def test_react_compare_dirs_are_labelled_a_vs_b_and_pooled(tmp_path):
+  for seed, (w, l, t) in enumerate([(3, 1, 0), (1, 1, 2)]):
+    d = tmp_path / f"cmp-seed{seed}"
+    d.mkdir()
+    n = w + l + t
+    (d / "compare.json").write_text(json.dumps(   # as experiments/react.py --compare writes it
+        {"win_rate": (w + 0.5 * t) / n, "tie_rate": t / n, "wins": w, "losses": l, "ties": t,
+         "n": n, "a": f"runs/react/bot_grpo-seed{seed}/hf_final", "b": f"runs/react/grpo-seed{seed}"}))
+    (d / "config.json").write_text(json.dumps({"train": {}}))   # other JSON of the dir: skipped
+  res = plot.load_win_rates([str(tmp_path / "cmp-seed0"), str(tmp_path / "cmp-seed1")])
+  assert list(res) == ["bot_grpo vs grpo"]
+  assert res["bot_grpo vs grpo"] == {"win_rate": 5 / 8, "tie_rate": 2 / 8, "wins": 4, "ties": 2,
+                                     "losses": 2, "n": 8}
+  (tmp_path / "other").mkdir()
+  (tmp_path / "other" / "config.json").write_text("{}")
+  with pytest.raises(plot.PlotError, match=r"holds no win-rate JSON \(looked at: config.json\)"):
+    plot.load_win_rates([str(tmp_path / "other")])
+
+
+def test_react_eval_json_gives_compile_rate(tmp_path):
+  d = tmp_path / "bot_grpo"
+  d.mkdir()
+  history = [{"step": 0, "compile_rate": 0.5, "n": 8, "failures": {}},
+             {"step": 10, "compile_rate": 0.875, "n": 8, "failures": {}}]
+  (d / "eval.json").write_text(json.dumps({"latest": history[-1], "history": history}))
+  runs = plot.load_runs([str(d)])
+  assert "eval/compile_rate" in plot.available_metrics(runs)
+  c = plot.threshold_crossings(runs, "eval/compile_rate", [0.8])
+  assert c["bot_grpo"][0.8] == {"mean": 10, "seeds": [10]}
+
+
 def test_bad_input_raises(run_dirs, tmp_path):
   with pytest.raises(plot.PlotError, match="no such run directory or file: .*nope"):
     plot.load_runs([str(tmp_path / "nope")])
