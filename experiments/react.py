@@ -1,0 +1,390 @@
+r"""React code generation with BoT-GRPO (GitHub issue 7): the paper's first experiment.
+
+  python experiments/react.py --model=qwen2.5-3b --judge=http://127.0.0.1:8000/v1 --judge_model=J
+  python experiments/react.py --model=qwen2.5-3b --mesh=fsdp:8 --dry_run     # plan, no weights
+  python experiments/react.py --model=tiny --steps=2                         # CPU, end to end
+  python experiments/react.py --eval_only --workdir=runs/react               # compile rate
+  python experiments/react.py --compare=runs/react,runs/react-grpo --vlm_judge=URL --vlm_judge_model=V
+
+Defaults follow the paper: BoT-GRPO, 8 prompts x 8 rollouts per step, global reward = compile /
+render failure + ESLint score + LLM code judge (+ the VLM screenshot judge with --vlm_judge),
+line-level local penalties (compiler, ESLint, judge lines) spread over tokens with
+φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id (--prompts for your own).
+Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
+Chromium in sandboxed workers (`botjax.rewards.react`), never in this process.
+
+Outputs in --workdir: checkpoints/, metrics.jsonl (reward components as reward/compile,
+reward/render, reward/lint, reward/judge, reward/vlm), eval.json (compile rate on held-out
+prompts every --eval_every steps) with compile_rate.png, and hf_final/ (the trained policy as a
+Hugging Face checkpoint, for --compare). --compare=A,B renders one rollout per held-out prompt
+for each side (a workdir's hf_final/ or any HF checkpoint dir) and writes the ABBA pairwise VLM
+win rate of A over B (ties 0.5) to compare.json and compare.png.
+
+`--model=tiny` builds (or reuses) a tiny model warm-started on template components
+(`botjax.train.react_tiny`; shrink it with --warm); its samples seldom make good apps, but every
+reward component, the sandbox and the line -> token mapping run for real. Errors a user can fix
+(missing weights, toolchain, unreachable judge, bad flags) exit 2 with what to do.
+"""
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+import urllib.parse
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
+flags.DEFINE_string("algo", "bot_grpo", "Recipe of botjax.algorithms.RECIPES.")
+flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
+flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: HF_REPOS[model] in the HF cache).")
+flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
+                    "dataset name `datasets` opens offline (default: the built-in set).")
+flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
+flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the LLM code judge (default: none).")
+flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
+flags.DEFINE_string("vlm_judge", "", "OpenAI-compatible base URL of the VLM screenshot judge (default: none).")
+flags.DEFINE_string("vlm_judge_model", "vlm", "Model name sent to --vlm_judge.")
+flags.DEFINE_enum("vlm_mode", "screenshot", ["screenshot", "one_turn", "two_turn"],
+                  "VLM judge protocol; one_turn/two_turn add line attributions (see --vlm_line_weight).")
+flags.DEFINE_float("vlm_line_weight", 0.0, "Weight of the VLM's line impacts (paper ablation: 1.0, 0.2).")
+flags.DEFINE_bool("typecheck", False, "Add `tsc --strict` diagnostics as compiler line penalties.")
+flags.DEFINE_integer("steps", 200, "RL steps.")
+flags.DEFINE_string("workdir", "runs/react", "Output dir: checkpoints, metrics.jsonl, eval.json, hf_final.")
+flags.DEFINE_bool("resume", True, "Resume from --workdir; false refuses a workdir holding a run.")
+flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=rollout.group_size=4.")
+flags.DEFINE_multi_string("warm", [], "tiny only: TinyReactSetup override, e.g. --warm=warm_steps=20.")
+flags.DEFINE_bool("eval_only", False, "Only measure the compile rate (the latest checkpoint in --workdir).")
+flags.DEFINE_integer("eval_every", 10, "Compile-rate evaluation every N steps (0: only after training).")
+flags.DEFINE_integer("eval_n", 4, "Rollouts per held-out prompt for the compile rate.")
+flags.DEFINE_integer("eval_limit", 0, "Use only the first N held-out prompts (0: all).")
+flags.DEFINE_list("compare", [], "A,B: ABBA pairwise VLM win rate of A over B (workdirs or HF dirs).")
+flags.DEFINE_string("pairwise_judge", "", "Base URL of the pairwise VLM judge (default: --vlm_judge).")
+flags.DEFINE_string("pairwise_judge_model", "", "Model of the pairwise judge (default: --vlm_judge_model).")
+flags.DEFINE_float("compare_temperature", 0.0, "Sampling temperature of --compare rollouts (0: greedy).")
+flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
+
+HF_REPOS = {
+    "qwen2.5-3b": "Qwen/Qwen2.5-3B-Instruct", "qwen2.5-1.5b-instruct": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct", "smollm3-3b": "HuggingFaceTB/SmolLM3-3B",
+    "phi-4-mini-reasoning": "microsoft/Phi-4-mini-reasoning",
+    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
+}
+
+
+# The React reward already combines its parts (eq. 6: r_global + w_ℓ·Σ p_ℓ φ): BoT-GRPO must not
+# weigh the global and local parts again (its defaults w_global 3, w_local 0.5 are eq. 8's, AIME).
+WEIGHTS = (("w_global", 1.0), ("w_local", 1.0))
+
+
+class UserError(Exception):
+  """A problem the user can fix; printed without a traceback, exit code 2."""
+
+
+def _user(fn):
+  try:
+    return fn()
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+
+
+def train_config(tiny):
+  """The paper's React recipe (8 prompts x 8 rollouts), or CPU-sized settings for tiny."""
+  from botjax.train import config as config_lib
+  if tiny:
+    cfg = config_lib.TrainConfig(
+        recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir,
+        recipe_overrides=(("kl_coef", 0.0),) + WEIGHTS,
+        optim=config_lib.OptimConfig(learning_rate=1e-4, warmup_steps=2),
+        rollout=config_lib.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=192,
+                                         max_new_tokens=192, temperature=1.0),
+        reward=config_lib.RewardConfig(workers=4, timeout_s=120.0, kind="thread"),
+        checkpoint_every=10, tensorboard=False)
+  else:
+    cfg = config_lib.TrainConfig(
+        recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir, recipe_overrides=WEIGHTS,
+        optim=config_lib.OptimConfig(learning_rate=5e-7),
+        rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=512,
+                                         max_new_tokens=2048),
+        reward=config_lib.RewardConfig(workers=8, timeout_s=300.0, kind="thread"))
+  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+  return config_lib.apply_overrides(cfg, FLAGS.set)
+
+
+def check_reachable(url: str, what: str) -> None:
+  """Fails fast when nothing listens at `url` (a TCP connect, no request sent)."""
+  parts = urllib.parse.urlparse(url)
+  if parts.scheme not in ("http", "https") or not parts.hostname:
+    raise UserError(f"--{what}={url!r} is not an http(s) URL such as http://127.0.0.1:8000/v1")
+  port = parts.port or (443 if parts.scheme == "https" else 80)
+  try:
+    socket.create_connection((parts.hostname, port), timeout=5).close()
+  except OSError as e:
+    raise UserError(f"--{what}={url} is unreachable ({e}); start an OpenAI-compatible server "
+                    "(e.g. `vllm serve MODEL --port 8000`) or drop the flag") from None
+
+
+class RequestPrompts:
+  """RewardFn adapter: gives the React reward the user's request (metadata["prompt"]) rather
+  than the chat-templated prompt text, which the judges should not see."""
+
+  def __init__(self, reward):
+    self.reward = reward
+    self.__name__ = "react"
+
+  def __call__(self, prompts, completions, metadata):
+    return self.reward([m.get("prompt", p) for p, m in zip(prompts, metadata)], completions,
+                       metadata)
+
+
+def make_reward(*, judges: bool = True):
+  """The ReactReward of the flags (toolchain checked first)."""
+  from botjax.rewards import react
+  try:
+    react.check_toolchain(render=True)
+  except react.ToolchainError as e:
+    raise UserError(f"{e}\nInstall it with `bash scripts/setup.sh test` (Node packages pinned in "
+                    "botjax/rewards/react/node, Debian's chromium).") from None
+  code_judge = vlm_judge = None
+  if judges and FLAGS.judge:
+    check_reachable(FLAGS.judge, "judge")
+    code_judge = react.CodeJudge(react.JudgeConfig(model=FLAGS.judge_model, base_url=FLAGS.judge))
+  if judges and FLAGS.vlm_judge:
+    check_reachable(FLAGS.vlm_judge, "vlm_judge")
+    vlm_judge = react.VLMJudge(react.JudgeConfig(model=FLAGS.vlm_judge_model,
+                                                 base_url=FLAGS.vlm_judge), mode=FLAGS.vlm_mode)
+  cfg = _user(lambda: react.ReactRewardConfig(vlm_line_weight=FLAGS.vlm_line_weight,
+                                              typecheck=FLAGS.typecheck))
+  return react.ReactReward(cfg, code_judge=code_judge, vlm_judge=vlm_judge)
+
+
+def load_policy(tiny):
+  """(checkpoint dir, train records, held-out records, mesh) for tiny or a real checkpoint."""
+  from botjax import models
+  from botjax.models.sharding import make_mesh
+  from botjax.rewards import react
+  if tiny:
+    from botjax.train import react_tiny
+    from botjax.train.config import apply_overrides
+    setup = _user(lambda: apply_overrides(react_tiny.TinyReactSetup(
+        test_fraction=FLAGS.test_fraction), FLAGS.warm))
+    prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
+    prepared = react_tiny.prepare(FLAGS.workdir, setup, prompts=prompts)
+    print(f"[react] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} "
+          f"in {prepared.seconds:.0f} s)", flush=True)
+    return prepared.checkpoint, prepared.train, prepared.eval, None
+  source = FLAGS.checkpoint or HF_REPOS.get(FLAGS.model)
+  if not source:
+    raise UserError(f"no known HF repo for --model={FLAGS.model}; pass --checkpoint=DIR")
+  try:
+    ckpt = models.resolve_checkpoint(source, local_files_only=True)
+  except FileNotFoundError as e:
+    repo = HF_REPOS.get(FLAGS.model, "<repo id>")
+    raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
+                    f"*.safetensors, tokenizer files), or run `huggingface-cli download {repo}` "
+                    "where there is network and copy the HF cache here (HF_HUB_CACHE).") from None
+  prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
+  train, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
+  return ckpt, [p.to_record() for p in train], [p.to_record() for p in test], make_mesh(FLAGS.mesh)
+
+
+def rollouts(sampler, tokenizer, records, key, n, params=None):
+  """n completions per record, as texts (rows of a record adjacent)."""
+  from botjax.rewards import react
+  from botjax.sampling import generate_text
+  out = generate_text(sampler, tokenizer, [react.chat_messages(r["prompt"]) for r in records],
+                      key, n=n, params=params)
+  return list(out.completions)
+
+
+def make_eval_fn(reward, records, path):
+  """`(trainer, step) -> metrics`: compile rate of eval_n rollouts per held-out prompt."""
+  import jax
+  from botjax.rewards import react
+  history = json.load(open(path))["history"] if os.path.exists(path) else []
+
+  def fn(trainer, step):
+    t0 = time.perf_counter()
+    texts = rollouts(trainer.sampler, trainer.tokenizer, records, jax.random.PRNGKey(4321),
+                     FLAGS.eval_n, params=trainer.full_state())
+    requests = [r["prompt"] for r in records for _ in range(FLAGS.eval_n)]
+    res = react.evaluate_compile_rate(reward, requests, texts)
+    reasons = {}
+    for item in res["items"]:
+      if item["reason"]:
+        kind = item["reason"].split(":")[0]
+        reasons[kind] = reasons.get(kind, 0) + 1
+    out = {"compile_rate": res["compile_rate"], "n": res["n"], "failures": reasons,
+           "seconds": time.perf_counter() - t0}
+    history.append({"step": step, **out})
+    react.save_json({"latest": history[-1], "history": history}, path)
+    react.plot_compile_rate({FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]},
+                            os.path.join(os.path.dirname(path), "compile_rate.png"))
+    print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} of {out['n']} "
+          f"rollouts; failures {reasons}", flush=True)
+    return {"compile_rate": out["compile_rate"]}
+  return fn
+
+
+def export(trainer, tokenizer, workdir):
+  """Saves the policy as a Hugging Face checkpoint in <workdir>/hf_final (for --compare)."""
+  from botjax import models
+  out = os.path.join(workdir, "hf_final")
+  models.save_pretrained(trainer.model(), out)
+  tokenizer.save_pretrained(out)
+  print(f"[react] policy saved to {out}", flush=True)
+
+
+def resolve_side(path):
+  if os.path.exists(os.path.join(path, "hf_final", "config.json")):
+    return os.path.join(path, "hf_final")
+  if os.path.exists(os.path.join(path, "config.json")) and any(
+      f.endswith(".safetensors") for f in os.listdir(path)):
+    return path
+  raise UserError(f"--compare side {path!r} is neither a workdir with hf_final/ (written at the end "
+                  "of training) nor a Hugging Face checkpoint dir (config.json + *.safetensors)")
+
+
+def compare():
+  """ABBA pairwise VLM win rate of --compare A over B on the held-out prompts."""
+  import jax
+  from botjax import models
+  from botjax.rewards import react
+  from botjax.sampling import Sampler, SamplingConfig
+  if len(FLAGS.compare) != 2:
+    raise UserError(f"--compare needs two comma-separated paths A,B, got {FLAGS.compare}")
+  url = FLAGS.pairwise_judge or FLAGS.vlm_judge
+  if not url:
+    raise UserError("--compare needs a VLM: pass --pairwise_judge=URL (or --vlm_judge=URL) and "
+                    "its model name")
+  check_reachable(url, "pairwise_judge" if FLAGS.pairwise_judge else "vlm_judge")
+  sides = [resolve_side(p) for p in FLAGS.compare]
+  prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
+  _, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
+  test = test[:FLAGS.eval_limit] if FLAGS.eval_limit else test
+  requests = [p.prompt for p in test]
+  reward = make_reward(judges=False)
+  shots = []
+  try:
+    for side in sides:
+      model, tok = models.load_pretrained(side), models.load_tokenizer(side)
+      eos = model.config.eos_token_id
+      sc = SamplingConfig(max_new_tokens=_max_new_tokens(), temperature=FLAGS.compare_temperature,
+                          eos_token_ids=tuple(eos) if isinstance(eos, (list, tuple)) else (eos,),
+                          pad_token_id=tok.pad_token_id or 0)
+      texts = rollouts(Sampler(model, model.config, sc), tok, [p.to_record() for p in test],
+                       jax.random.PRNGKey(0), 1)
+      scores = reward.score(requests, texts)
+      shots.append([s.screenshot for s in scores])
+      print(f"[react] {side}: {sum(s is not None for s in shots[-1])}/{len(test)} rendered",
+            flush=True)
+  finally:
+    reward.close()
+  judge = react.PairwiseJudge(react.JudgeConfig(
+      model=FLAGS.pairwise_judge_model or FLAGS.vlm_judge_model, base_url=url))
+  result = react.pairwise_win_rate(judge, requests, shots[0], shots[1])
+  result.update(a=FLAGS.compare[0], b=FLAGS.compare[1], prompts=[p.id for p in test])
+  out_dir = FLAGS.workdir
+  os.makedirs(out_dir, exist_ok=True)
+  react.save_json(result, os.path.join(out_dir, "compare.json"))
+  label = f"{os.path.basename(os.path.normpath(FLAGS.compare[0]))} vs " \
+          f"{os.path.basename(os.path.normpath(FLAGS.compare[1]))}"
+  react.plot_win_rates({label: result}, os.path.join(out_dir, "compare.png"))
+  print(f"[react] win rate of A over B: {result['win_rate']:.3f} (ties {result['tie_rate']:.3f}, "
+        f"{result['wins']}-{result['losses']}-{result['ties']} of {result['n']}); wrote "
+        f"{os.path.join(out_dir, 'compare.json')}", flush=True)
+
+
+def _max_new_tokens():
+  return train_config(FLAGS.model == "tiny").rollout.max_new_tokens
+
+
+def run():
+  tiny = FLAGS.model == "tiny"
+  from botjax import models
+  from botjax.train import config as config_lib
+  _user(lambda: models.get_config(FLAGS.model))
+  if FLAGS.compare:
+    return compare()
+  cfg = _user(lambda: train_config(tiny))
+  print("[react] flags: " + json.dumps({f: FLAGS[f].value for f in (
+      "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
+      "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
+  print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
+  if FLAGS.dry_run:
+    r = cfg.rollout
+    print(_user(lambda: models.plan(FLAGS.model, FLAGS.mesh, batch_size=r.prompts_per_step * r.group_size,
+                                    seq_len=r.max_prompt_tokens + r.max_new_tokens,
+                                    logprob_chunk=cfg.logprob_chunk)))
+    return
+  ran = any(os.path.exists(os.path.join(cfg.workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
+  if ran and not FLAGS.resume and not FLAGS.eval_only:
+    raise UserError(f"--resume=false but {cfg.workdir} already holds a run (checkpoints/ or "
+                    "metrics.jsonl); delete them or choose another --workdir")
+  from botjax import algorithms
+  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
+  if recipe.granularity is algorithms.Granularity.STEP:
+    raise UserError(f"--algo={cfg.recipe} needs step rewards; the React reward gives line-level "
+                    "token rewards: use bot_grpo (token) or a sequence-level recipe such as grpo")
+  for what in ("judge", "vlm_judge"):      # before any weights are loaded
+    if FLAGS[what].value:
+      check_reachable(FLAGS[what].value, what)
+  ckpt, train, held_out, mesh = load_policy(tiny)
+  held_out = held_out[:FLAGS.eval_limit] if FLAGS.eval_limit else held_out
+  if not train or not held_out:
+    raise UserError(f"{len(train)} train and {len(held_out)} held-out prompts: need at least one "
+                    f"of each (more prompts, or another --test_fraction)")
+  reward = make_reward()
+  eval_reward = make_reward(judges=False) if (reward.code_judge or reward.vlm_judge) else reward
+  from botjax.rewards import react
+  from botjax.train.loop import ListPrompts, RLTrainer
+  tok = models.load_tokenizer(ckpt)
+  run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "checkpoint": ckpt,
+                "reward": {f: FLAGS[f].value for f in ("judge_model", "vlm_judge_model", "vlm_mode",
+                                                        "vlm_line_weight", "typecheck")}}
+  saved = os.path.join(cfg.workdir, "config.json")
+  if FLAGS.eval_only and os.path.exists(saved):   # the judges do not take part in evaluation
+    with open(saved) as f:
+      run_config["reward"] = json.load(f).get("reward", run_config["reward"])
+  trainer = None
+  try:
+    trainer = _user(lambda: RLTrainer(
+        cfg, model=models.load_pretrained(ckpt, mesh=mesh), tokenizer=tok,
+        prompts=ListPrompts(train, seed=cfg.seed), reward_fn=RequestPrompts(reward),
+        prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
+        eval_fn=make_eval_fn(eval_reward, held_out, os.path.join(cfg.workdir, "eval.json")),
+        run_config=run_config, reward_provides=("token",)))
+    if not FLAGS.eval_only:
+      trainer.run()
+      export(trainer, tok, cfg.workdir)
+    if FLAGS.eval_only or not cfg.eval_every:
+      trainer.eval_fn(trainer, trainer.host_step)
+  finally:
+    if trainer is not None:
+      trainer.close()
+    reward.close()
+    if eval_reward is not reward:
+      eval_reward.close()
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)
+  try:
+    run()
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  if {"--help", "-h", "--helpshort"} & set(sys.argv[1:]):   # absl exits 1 on --help
+    print(__doc__ + "\nflags:\n" + FLAGS.main_module_help())
+    sys.exit(0)
+  app.run(main)
