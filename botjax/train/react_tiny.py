@@ -30,6 +30,7 @@ from botjax.rewards.react import prompts as prompts_lib
 from botjax.train.sft import SFTConfig, sft
 
 FLAWS = ("unused_variable", "missing_key", "var", "missing_brace", "bad_import")
+GENERATOR_VERSION = 2          # part of the cache key: bump when `component` changes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,7 +51,8 @@ class TinyReactSetup:
   seed: int = 0
 
   def digest(self) -> str:
-    blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+    blob = json.dumps({**dataclasses.asdict(self), "generator": GENERATOR_VERSION},
+                      sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
 
 
@@ -76,7 +78,7 @@ def component(request: str, rng: random.Random, flaw: str | None = None) -> str:
   title = title_of(request)
   color = rng.choice(["blue", "green", "indigo", "rose", "amber"])
   items = rng.sample(["Alpha", "Beta", "Gamma", "Delta", "Omega", "Sigma"], 3)
-  imports = 'import React, { useState } from "react";'
+  imports = 'import { useState } from "react";'
   if flaw == "bad_import":
     imports += '\nimport axios from "axios";'
   decl = "var" if flaw == "var" else "const"
