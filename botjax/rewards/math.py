@@ -390,6 +390,24 @@ def segment_steps(completion: str) -> list[StepSpan]:
 
 # ---- the AIME reward (eq. 8) ---------------------------------------------------------------------
 
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def answer_offset(completion: str) -> int | None:
+  """Where the answer part of a completion starts, past a reasoning model's think block.
+
+  Returns:
+    the index after the last `</think>` when there is one; None when the completion opens a
+    `<think>` block that never closes (cut off while thinking: no answer); else 0 (no block).
+  """
+  close = completion.rfind(THINK_CLOSE)
+  if close >= 0:
+    return close + len(THINK_CLOSE)
+  if completion.lstrip().startswith(THINK_OPEN):
+    return None
+  return 0
+
+
 class MathReward:
   """AIME / MATH reward of BoT-GRPO (eq. 8), a RewardFn.
 
@@ -422,6 +440,10 @@ class MathReward:
   Metadata per item: "answer" (required), "problem" (optional; the prompt otherwise), plus whatever
   the judge reads (e.g. "step_values").
 
+  Reasoning models (SmolLM3 think mode, Phi-4-mini-reasoning): only the text after the last
+  `</think>` is scored (answer, format, steps); a completion cut off inside `<think>` has no answer
+  and no steps, and its format term is that of an empty answer (`answer_offset`).
+
   References:
     Yang et al., BoT-GRPO (Amazon AGI), eq. 8; no arXiv id.
   """
@@ -448,16 +470,18 @@ class MathReward:
     """Scores one completion (see the class docstring)."""
     if "answer" not in meta:
       raise KeyError(f"MathReward needs metadata['answer']; got keys {sorted(meta)}")
-    correct = is_correct(completion, str(meta["answer"]), integer=self.integer_answers,
-                         limits=self.limits)
-    b_format = format_score(completion, perfect=self.perfect_format,
-                            mismatched=self.mismatched_format)
+    offset = answer_offset(completion)
+    text = "" if offset is None else completion[offset:]
+    offset = offset or 0
+    correct = bool(text) and is_correct(text, str(meta["answer"]), integer=self.integer_answers,
+                                        limits=self.limits)
+    b_format = format_score(text, perfect=self.perfect_format, mismatched=self.mismatched_format)
     components = {"answer": float(correct), "format": b_format, "steps": 0.0,
                   "num_steps": 0.0, "judge_failures": 0.0}
     reward = self.w_g * float(correct) + b_format
     if self.judge is None:
       return RewardResult(reward=reward, components=components)
-    steps = segment_steps(completion)
+    steps = [StepSpan(st.start + offset, st.end + offset, st.text) for st in segment_steps(text)]
     stats = JudgeStats()
     verdicts = judge_steps(self.judge, str(meta.get("problem", prompt)), [s.text for s in steps],
                            meta, strategy=self.strategy, window=self.window, stats=stats,

@@ -175,3 +175,26 @@ def test_segment_free_form():
   assert [text[s.start:s.end] for s in steps] == ["First we add.", "Then multiply\nit.", "Done: 9"]
   assert [s.text for s in segment_steps("one line only")] == ["one line only"]
   assert segment_steps("") == [] and segment_steps(" \n\n ") == []
+
+
+def test_think_blocks_are_not_scored():
+  from botjax.rewards import ExactArithmeticJudge, MathReward
+  from botjax.rewards.math import answer_offset
+  meta = {"answer": "14", "problem": "What is (3 + 4) * 2?", "step_exprs": ["3 + 4", "7 * 2"],
+          "step_values": [7, 14]}
+  answer = "<step 1>3 + 4 = 7</step>\n<step 2>7 * 2 = 14</step>\n<final>14</final>"
+  # the think block mentions a step tag and a wrong boxed answer: neither may count
+  think = "<think>maybe <step 1>3 + 4 = 8</step> so \\boxed{16}?</think>\n"
+  fn = MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5)
+  plain, thought = fn.score("p", answer, meta), fn.score("p", think + answer, meta)
+  assert thought.reward == plain.reward == 3.0 + 0.2
+  assert thought.components["num_steps"] == 2.0
+  assert [s for _, _, s in thought.steps] == [1.0, 1.0]
+  shift = len(think)
+  assert [(a - shift, b - shift) for a, b, _ in thought.steps] == [(a, b) for a, b, _ in plain.steps]
+  assert thought.token_spans[0][0] == shift
+  # cut off while thinking: no answer even though a boxed value appears
+  cut = fn.score("p", "<think>the answer is \\boxed{14} I think", meta)
+  assert cut.components["answer"] == 0.0 and cut.components["num_steps"] == 0.0
+  assert answer_offset("no block") == 0 and answer_offset("<think>x") is None
+  assert answer_offset("a</think>b</think>c") == len("a</think>b</think>")
