@@ -149,8 +149,10 @@ def report(ablation: str) -> str | None:
     rows.append(f"| {label} | {len(seeds)} | {np.mean(drops):.3f} ± {np.std(drops):.3f} | "
                 f"{np.mean(t):.0f} s |")
   md = os.path.join(FLAGS.workdir, f"{ablation}.md")
+  first = next(iter(runs.values()))[0]
+  problems = next((int(r["eval/num_problems"]) for r in first if "eval/num_problems" in r), "?")
   text = (f"# Ablation: {ablation}\n\nBoT-GRPO on the arithmetic task, {FLAGS.steps} steps, "
-          f"held-out accuracy (avg@4, 128 problems) every {FLAGS.eval_every} steps; mean ± std "
+          f"held-out accuracy (avg@4, {problems} problems) every {FLAGS.eval_every} steps; mean ± std "
           f"over seeds. Thresholds: start + 0.05/0.10/0.15.\n\n{table}\n\n" + "\n".join(rows) + "\n")
   with open(md, "w") as f:
     f.write(text)
