@@ -6,7 +6,7 @@ r"""AIME with BoT-GRPO (GitHub issue 6): the paper's recipe on a Hugging Face ch
   python experiments/aime.py --model=qwen2.5-3b --eval_only                  # Pass@k of the workdir
 
 Defaults follow the paper: BoT-GRPO, 8 prompts x 8 samples, lr 5e-7, w_g 3.0, w_s 0.5, error
-propagation, window 3. `--checkpoint` defaults to HF_REPOS[--model] looked up in the HF cache only
+propagation, window 3. `--checkpoint` defaults to botjax.models.HF_REPOS[--model] looked up in the HF cache only
 (never downloaded). `--model=tiny` instead builds (or reuses) the arithmetic warm start under
 --workdir (`botjax.train.arith.prepare`, shrink it with --warm) and judges steps exactly
 (ExactArithmeticJudge), with the quick-start's CPU-sized settings. A run resumes from its workdir;
@@ -47,18 +47,15 @@ flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward.")
 flags.DEFINE_string("strategy", "error_propagation", "Step-judging strategy (botjax.rewards.STRATEGIES).")
 flags.DEFINE_integer("window", 3, "Steps per judged unit.")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
+flags.DEFINE_bool("distributed", False, "Multi-host: jax.distributed.initialize() first, on every "
+                  "host (TPU pods, SLURM and Open MPI need nothing else).")
+flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
+flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
+flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
                     "thinks, Qwen2.5 never.")
 
-# Hub repos of the presets (base models where the preset is the base config).
-HF_REPOS = {
-    "qwen2.5-3b": "Qwen/Qwen2.5-3B", "qwen2.5-math-1.5b": "Qwen/Qwen2.5-Math-1.5B",
-    "qwen2.5-math-7b": "Qwen/Qwen2.5-Math-7B", "qwen2.5-1.5b-instruct": "Qwen/Qwen2.5-1.5B-Instruct",
-    "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct", "smollm3-3b": "HuggingFaceTB/SmolLM3-3B",
-    "phi-4-mini-reasoning": "microsoft/Phi-4-mini-reasoning",
-    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
-}
 KS = (1, 2, 4)
 
 
@@ -129,13 +126,13 @@ def build(cfg, tiny):
     train, evals = prepared.train, prepared.eval
     prompt_fn, correct_fn = arith.prompt_messages, arith.correct_fn
   else:
-    source = FLAGS.checkpoint or HF_REPOS.get(FLAGS.model)
+    source = FLAGS.checkpoint or models.HF_REPOS.get(FLAGS.model)
     if not source:
       raise UserError(f"no known HF repo for --model={FLAGS.model}; pass --checkpoint=DIR")
     try:
       ckpt = models.resolve_checkpoint(source, local_files_only=True)
     except FileNotFoundError as e:
-      repo = HF_REPOS.get(FLAGS.model, "<repo id>")
+      repo = models.HF_REPOS.get(FLAGS.model, "<repo id>")
       raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
                       f"*.safetensors, tokenizer files), or run `huggingface-cli download {repo}` "
                       "where there is network and copy the HF cache here (HF_HUB_CACHE).") from None
@@ -180,8 +177,19 @@ def _user(fn):
     raise UserError(str(e)) from None
 
 
+def start_distributed():
+  from botjax.models.sharding import initialize_distributed
+  try:
+    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
+                           num_processes=FLAGS.num_processes or None,
+                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+  except (RuntimeError, ValueError) as e:
+    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+
+
 def run():
   tiny = FLAGS.model == "tiny"
+  start_distributed()
   from botjax import models
   from botjax.train import config as config_lib
   _user(lambda: models.get_config(FLAGS.model))

@@ -42,7 +42,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
 flags.DEFINE_string("algo", "bot_grpo", "Recipe of botjax.algorithms.RECIPES.")
 flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
-flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: HF_REPOS[model] in the HF cache).")
+flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's repo in the HF cache).")
 flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
                     "dataset name `datasets` opens offline (default: the built-in set).")
 flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
@@ -68,13 +68,12 @@ flags.DEFINE_string("pairwise_judge", "", "Base URL of the pairwise VLM judge (d
 flags.DEFINE_string("pairwise_judge_model", "", "Model of the pairwise judge (default: --vlm_judge_model).")
 flags.DEFINE_float("compare_temperature", 0.0, "Sampling temperature of --compare rollouts (0: greedy).")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
+flags.DEFINE_bool("distributed", False, "Multi-host: jax.distributed.initialize() first, on every "
+                  "host (TPU pods, SLURM and Open MPI need nothing else).")
+flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
+flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
+flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
 
-HF_REPOS = {
-    "qwen2.5-3b": "Qwen/Qwen2.5-3B-Instruct", "qwen2.5-1.5b-instruct": "Qwen/Qwen2.5-1.5B-Instruct",
-    "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct", "smollm3-3b": "HuggingFaceTB/SmolLM3-3B",
-    "phi-4-mini-reasoning": "microsoft/Phi-4-mini-reasoning",
-    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
-}
 
 
 # The React reward already combines its parts (eq. 6: r_global + w_ℓ·Σ p_ℓ φ): BoT-GRPO must not
@@ -163,6 +162,12 @@ def make_reward(*, judges: bool = True):
   return react.ReactReward(cfg, code_judge=code_judge, vlm_judge=vlm_judge)
 
 
+def react_repo(model):
+  """The preset's HF repo; the paper's React policy is Qwen2.5-3B-Instruct (a chat model)."""
+  from botjax import models
+  return {"qwen2.5-3b": "Qwen/Qwen2.5-3B-Instruct"}.get(model, models.HF_REPOS.get(model))
+
+
 def load_policy(tiny):
   """(checkpoint dir, train records, held-out records, mesh) for tiny or a real checkpoint."""
   from botjax import models
@@ -178,13 +183,13 @@ def load_policy(tiny):
     print(f"[react] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} "
           f"in {prepared.seconds:.0f} s)", flush=True)
     return prepared.checkpoint, prepared.train, prepared.eval, None
-  source = FLAGS.checkpoint or HF_REPOS.get(FLAGS.model)
+  source = FLAGS.checkpoint or react_repo(FLAGS.model)
   if not source:
     raise UserError(f"no known HF repo for --model={FLAGS.model}; pass --checkpoint=DIR")
   try:
     ckpt = models.resolve_checkpoint(source, local_files_only=True)
   except FileNotFoundError as e:
-    repo = HF_REPOS.get(FLAGS.model, "<repo id>")
+    repo = react_repo(FLAGS.model) or "<repo id>"
     raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
                     f"*.safetensors, tokenizer files), or run `huggingface-cli download {repo}` "
                     "where there is network and copy the HF cache here (HF_HUB_CACHE).") from None
@@ -304,8 +309,19 @@ def _max_new_tokens():
   return train_config(FLAGS.model == "tiny").rollout.max_new_tokens
 
 
+def start_distributed():
+  from botjax.models.sharding import initialize_distributed
+  try:
+    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
+                           num_processes=FLAGS.num_processes or None,
+                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+  except (RuntimeError, ValueError) as e:
+    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+
+
 def run():
   tiny = FLAGS.model == "tiny"
+  start_distributed()
   from botjax import models
   from botjax.train import config as config_lib
   _user(lambda: models.get_config(FLAGS.model))

@@ -13,11 +13,12 @@ from botjax.models.config import DecoderConfig
 from botjax.models.decoder import Decoder, KVCache
 from botjax.models.logprobs import logprobs_from_hidden, token_logprobs
 from botjax.models.plan import DryRunPlan, plan
-from botjax.models.presets import PRESETS, get_config
+from botjax.models.presets import HF_REPOS, PRESETS, get_config
 from botjax.models.weights import (load_pretrained, load_tokenizer, resolve_checkpoint,
                                    save_pretrained)
 
 __all__ = [
+    "HF_REPOS",
     "DecoderConfig", "Decoder", "KVCache", "PRESETS", "get_config", "token_logprobs",
     "logprobs_from_hidden", "load_pretrained", "save_pretrained", "load_tokenizer",
     "resolve_checkpoint", "plan", "DryRunPlan",

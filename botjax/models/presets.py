@@ -23,6 +23,16 @@ def _qwen2(vocab, hidden, layers, heads, kv, inter, theta, tie, max_pos, bos=151
   }
 
 
+# Hub repos of the presets (the base model where a preset is a base config). Only looked up in the
+# local HF cache by the experiments (`resolve_checkpoint(..., local_files_only=True)`).
+HF_REPOS: dict[str, str] = {
+    "qwen2.5-3b": "Qwen/Qwen2.5-3B", "qwen2.5-math-1.5b": "Qwen/Qwen2.5-Math-1.5B",
+    "qwen2.5-math-7b": "Qwen/Qwen2.5-Math-7B", "qwen2.5-1.5b-instruct": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct", "smollm3-3b": "HuggingFaceTB/SmolLM3-3B",
+    "phi-4-mini-reasoning": "microsoft/Phi-4-mini-reasoning",
+    "llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
+}
+
 HF_PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-3b": _qwen2(151936, 2048, 36, 16, 2, 11008, 1e6, True, 32768),
     "qwen2.5-math-1.5b": _qwen2(151936, 1536, 28, 12, 2, 8960, 1e4, True, 4096),

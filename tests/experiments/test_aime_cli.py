@@ -99,3 +99,15 @@ def test_thinking_flag_accepted_and_printed(tmp_path):
   r = _run("--model=tiny", "--thinking=off", "--dry_run", f"--workdir={tmp_path}", timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   assert '"thinking": "off"' in r.stdout
+
+
+def test_distributed_flags_start_a_one_process_cluster(tmp_path):
+  import socket
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  r = _run("--model=qwen2.5-3b", "--mesh=fsdp:1", "--dry_run", "--distributed",
+           f"--coordinator=127.0.0.1:{port}", "--num_processes=1", "--process_id=0",
+           f"--workdir={tmp_path}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "jax.distributed: process 0 of 1" in r.stdout and "Dry-run plan" in r.stdout
