@@ -92,6 +92,18 @@ def test_committed_without_outputs(name):
   assert len(install) == 1 and "import botjax" in install[0].source   # guarded: skipped if installed
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_paired_markdown_matches_the_notebook(name):
+  """STYLE.md §7.9: each notebook has a jupytext MyST twin (`notebooks/<name>.md`) for review;
+  after an edit run `jupytext --sync notebooks/*.ipynb`."""
+  jupytext = pytest.importorskip("jupytext")
+  nb = _read(name)
+  md = jupytext.read(os.path.join(NOTEBOOKS, name.replace(".ipynb", ".md")))
+  assert nb.metadata["jupytext"]["formats"] == "ipynb,md:myst"
+  pairs = [(c.cell_type, c.source.strip()) for c in nb.cells]
+  assert [(c.cell_type, c.source.strip()) for c in md.cells] == pairs
+
+
 def test_quickstart_notebook_runs(tmp_path, monkeypatch):
   workdir = tmp_path / "qs"
   nb = _execute("quickstart.ipynb", f"STEPS = 2\nSEEDS = 1\nEVAL_N = 2\nWORKDIR = {str(workdir)!r}\n"
