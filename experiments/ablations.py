@@ -34,6 +34,8 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import plot as plot_lib  # noqa: E402  experiments/plot.py (this script's directory is on sys.path)
+
 FLAGS = flags.FLAGS
 ABLATIONS = ("strategy", "w_s", "window", "noise", "stack")
 flags.DEFINE_list("ablation", ["all"], f"Ablations to run: all or some of {list(ABLATIONS)}.")
@@ -136,18 +138,43 @@ def report(ablation: str) -> str | None:
                          for recs in runs.values() for r in recs]))
   thresholds = [round(start + d, 2) for d in (0.05, 0.10, 0.15)]
   png = os.path.join(FLAGS.workdir, f"{ablation}.png")
-  report_lib.plot_runs(runs, png, title=f"BoT-GRPO ablation: {ablation} (arithmetic, CPU)",
-                       thresholds=thresholds)
+  plt = plot_lib._pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  plot_lib.draw_metric(axes[0], runs, "eval/accuracy", thresholds=thresholds,
+                       label="held-out accuracy")
+  plot_lib.draw_metric(axes[1], runs, "reward_mean", label="mean reward")
+  fig.suptitle(f"BoT-GRPO ablation: {ablation} (arithmetic task, CPU; mean of seeds, min–max band)")
+  fig.tight_layout()
+  fig.savefig(png, dpi=130)
+  plt.close(fig)
   table = report_lib.summary_table(runs, thresholds=thresholds)
   rows = ["| variant | seeds | peak-to-final drop | run time per seed |", "|---|---|---|---|"]
+  stability = {}
   for label, seeds in runs.items():
-    drops = []
+    drops, finals = [], []
     for recs in seeds:
       _, acc = report_lib.series(recs, "eval/accuracy")
       drops.append(float(acc.max() - acc[-1]))
+      finals.append(float(acc[-1]))
+    stability[label] = (finals, drops)
     t = secs.get(label) or [float("nan")]
     rows.append(f"| {label} | {len(seeds)} | {np.mean(drops):.3f} ± {np.std(drops):.3f} | "
                 f"{np.mean(t):.0f} s |")
+  if ablation == "noise":   # Fig. 10: final accuracy and peak-to-final drop against flip rate
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    xs = np.arange(len(stability))
+    for off, (i, name) in zip((-0.2, 0.2), enumerate(("final accuracy", "peak-to-final drop"))):
+      vals = [np.asarray(v[i]) for v in stability.values()]
+      ax.bar(xs + off, [v.mean() for v in vals], 0.4, yerr=[v.std() for v in vals], capsize=3,
+             label=name)
+    ax.set_xticks(xs, list(stability))
+    ax.set_xlabel("judge flip rate")
+    ax.set_title("Judge noise: final accuracy and peak-to-final drop (mean ± std of seeds)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.workdir, "noise_stability.png"), dpi=130)
+    plt.close(fig)
   md = os.path.join(FLAGS.workdir, f"{ablation}.md")
   first = next(iter(runs.values()))[0]
   problems = next((int(r["eval/num_problems"]) for r in first if "eval/num_problems" in r), "?")
