@@ -8,6 +8,7 @@ accuracy and mean reward against step) and `quickstart.md` (steps to accuracy th
 accuracy). Wiring only: the pipeline lives in `botjax.train.arith`.
 """
 
+import json
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from botjax.train import arith, report  # noqa: E402
+from botjax.train import config as config_lib  # noqa: E402
 from botjax.train.writer import read_jsonl  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -27,14 +29,29 @@ flags.DEFINE_string("workdir", "runs/quickstart", "Output directory (warm start 
 flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward (BoT-GRPO eq. 4/8).")
 flags.DEFINE_float("judge_noise", 0.0, "Probability of flipping each step verdict.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
-flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of resuming them.")
+flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
+flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
+
+
+def _finished(workdir, cfg):
+  """Seconds of an earlier complete run of exactly this config in `workdir`, else None."""
+  path = os.path.join(workdir, "seconds.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    saved = json.load(f)
+  recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
+  same = saved.get("config") == json.loads(json.dumps(config_lib.to_dict(cfg)))
+  return float(saved["seconds"]) if complete and same else None
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
-  prepared = arith.prepare(FLAGS.workdir)
+  prepared = arith.prepare(FLAGS.workdir,
+                           config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
         f"{prepared.seconds:.1f} s)", flush=True)
   runs, timings = {}, {}
@@ -47,15 +64,26 @@ def main(argv):
         shutil.rmtree(workdir)
       cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
                                     overrides=FLAGS.set)
-      t0 = time.perf_counter()
-      trainer = arith.make_trainer(prepared, cfg, w_s=FLAGS.w_s, noise=FLAGS.judge_noise)
-      try:
-        trainer.run()
-      finally:
-        trainer.close()
-      timings[f"{algo}-seed{seed}"] = time.perf_counter() - t0
+      name = f"{algo}-seed{seed}"
+      done = _finished(workdir, cfg)
+      if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
+        timings[name] = done
+        print(f"{algo} seed {seed}: finished earlier ({done:.0f} s), reusing it", flush=True)
+      else:
+        if os.path.isdir(workdir) and not os.path.isdir(os.path.join(workdir, "checkpoints")):
+          import shutil          # a partial run without checkpoints (the default) starts over
+          shutil.rmtree(workdir)
+        t0 = time.perf_counter()
+        trainer = arith.make_trainer(prepared, cfg, w_s=FLAGS.w_s, noise=FLAGS.judge_noise)
+        try:
+          trainer.run()
+        finally:
+          trainer.close()
+        timings[name] = time.perf_counter() - t0
+        with open(os.path.join(workdir, "seconds.json"), "w") as f:
+          json.dump({"seconds": timings[name], "config": config_lib.to_dict(cfg)}, f)
+        print(f"{algo} seed {seed}: {timings[name]:.0f} s", flush=True)
       runs[algo].append(read_jsonl(os.path.join(workdir, "metrics.jsonl")))
-      print(f"{algo} seed {seed}: {timings[f'{algo}-seed{seed}']:.0f} s", flush=True)
   base = [r for recs in runs.values() for r in recs]
   start = next((r["eval/accuracy"] for recs in base for r in recs if "eval/accuracy" in r), 0.0)
   thresholds = [round(start + d, 2) for d in (0.10, 0.15, 0.25)]

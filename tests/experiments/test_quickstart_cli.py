@@ -1,0 +1,38 @@
+"""experiments/quickstart.py as a user runs it (tiny settings): outputs, and reuse of finished runs."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "experiments", "quickstart.py")
+TINY = ["--steps=2", "--warm=warm_steps=5", "--warm=num_train=64", "--warm=num_eval=8",
+        "--set=rollout.prompts_per_step=2", "--set=rollout.group_size=4",
+        "--set=rollout.max_new_tokens=32", "--set=eval_every=1", "--set=progress=false"]
+
+
+def _run(*args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env,
+                        timeout=600, cwd=ROOT)
+
+
+def test_two_recipes_then_reuse_and_one_more(tmp_path):
+  r = _run("--algos=grpo,bot_grpo", f"--workdir={tmp_path}", *TINY)
+  assert r.returncode == 0, r.stderr[-3000:]
+  for algo in ("grpo", "bot_grpo"):
+    with open(tmp_path / f"{algo}-seed0" / "metrics.jsonl") as f:
+      recs = [json.loads(line) for line in f if line.strip()]
+    assert [x["step"] for x in recs] == [0, 1, 2]
+  table = (tmp_path / "quickstart.md").read_text()
+  assert "| grpo | 1 |" in table and "| bot_grpo | 1 |" in table
+  assert (tmp_path / "quickstart.png").stat().st_size > 10_000
+  # a second call (e.g. the rest of the comparison) reuses finished runs and trains the new one
+  again = _run("--algos=grpo,bot_grpo,rloo", f"--workdir={tmp_path}", *TINY)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.count("reusing it") == 2 and "rloo seed 0:" in again.stdout
+  assert "| rloo | 1 |" in (tmp_path / "quickstart.md").read_text()
+  # another config is not "finished": a changed learning rate trains again
+  third = _run("--algos=grpo", f"--workdir={tmp_path}", *TINY, "--set=optim.learning_rate=1e-4")
+  assert third.returncode == 0 and "reusing it" not in third.stdout
