@@ -102,6 +102,9 @@ def test_tiny_end_to_end_train_eval_only_and_compare(tmp_path, server):
   assert os.path.exists(os.path.join(work, "hf_final", "config.json"))
   assert os.path.exists(os.path.join(work, "hf_final", "tokenizer.json"))
 
+  refused = _run(*TINY, "--steps=4", "--resume=false", f"--workdir={work}")
+  assert refused.returncode == 2 and "already holds a run" in refused.stderr
+
   again = _run(*TINY, "--eval_only", f"--workdir={work}")
   assert again.returncode == 0, again.stderr[-3000:]
   with open(os.path.join(work, "eval.json")) as f:
