@@ -169,7 +169,7 @@ def report(ablation: str) -> str | None:
              label=name)
     ax.set_xticks(xs, list(stability))
     ax.set_xlabel("judge flip rate")
-    ax.set_title("Judge noise: final accuracy and peak-to-final drop (mean ± std of seeds)")
+    ax.set_title("Judge noise (mean ± std of seeds)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     fig.tight_layout()
