@@ -569,6 +569,7 @@ class RLTrainer:
       where = f"resuming at step {self.host_step}" if self.resumed_from else "starting"
       print(f"[botjax] {where} in {cfg.workdir}; recipe {self.recipe}\n[botjax] config: "
             + json.dumps(self.run_config, sort_keys=True), flush=True)
+    self._trim_metrics()
     self.writer = MetricsWriter(cfg.workdir, tensorboard=cfg.tensorboard,
                                 wandb_project=cfg.wandb_project, config=self.run_config)
     records = []
@@ -595,6 +596,25 @@ class RLTrainer:
     finally:
       self.writer.close()
     return records
+
+  def _trim_metrics(self) -> None:
+    """Keeps metrics.jsonl consistent with the state the run continues from: a resumed run drops
+    the records a crashed run wrote after its last checkpoint (they will be written again); a run
+    starting at step 0 moves an earlier file aside (`metrics.jsonl.<unix time>.old`), never
+    deleting it."""
+    path = os.path.join(self.cfg.workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+      return
+    if self.host_step == 0:
+      os.replace(path, f"{path}.{int(time.time())}.old")
+      return
+    with open(path) as f:
+      lines = [line for line in f if line.strip()]
+    keep = [line for line in lines if json.loads(line).get("step", 0) <= self.host_step]
+    if len(keep) != len(lines):
+      with open(path + ".tmp", "w") as f:
+        f.writelines(keep)
+      os.replace(path + ".tmp", path)
 
   def _eval(self, step: int) -> dict:
     out = self.eval_fn(self, step)

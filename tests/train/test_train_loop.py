@@ -1,6 +1,7 @@
 """The host RL loop on the real tiny task: every recipe runs, resume is exact, failures are counted."""
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -112,6 +113,9 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(env, tmp_path):
     part.run()
   finally:
     part.close()
+  # a crash after step 3 was logged but before its checkpoint: the record is written again
+  with open(tmp_path / "part" / "metrics.jsonl", "a") as f:
+    f.write(json.dumps({"step": 3, "reward_mean": 123.0}) + "\n")
   resumed = make_trainer(env, base_config(tmp_path / "part", steps=4, checkpoint_every=2))
   assert resumed.resumed_from == 2 and resumed.position == 4
   try:
@@ -122,6 +126,20 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(env, tmp_path):
     np.testing.assert_array_equal(a, b)
   for a, b in zip(full_records[2:], resumed_records):
     assert a["reward_mean"] == b["reward_mean"] and a["loss"] == b["loss"]
+  logged = read_jsonl(os.path.join(tmp_path / "part", "metrics.jsonl"))
+  assert [r["step"] for r in logged] == [1, 2, 3, 4] and logged[2]["reward_mean"] != 123.0
+  # a run that starts over (no checkpoint) moves the old metrics aside instead of mixing them in
+  fresh = tmp_path / "fresh"
+  fresh.mkdir()
+  (fresh / "metrics.jsonl").write_text("".join(json.dumps({"step": i}) + "\n" for i in range(4)))
+  again = make_trainer(env, base_config(fresh, steps=1))
+  try:
+    again.run()
+  finally:
+    again.close()
+  assert [r["step"] for r in read_jsonl(os.path.join(fresh, "metrics.jsonl"))] == [1]
+  old = [n for n in os.listdir(fresh) if n.endswith(".old")]
+  assert len(old) == 1 and len(read_jsonl(os.path.join(fresh, old[0]))) == 4
 
 
 def test_resume_refuses_a_changed_config(env, tmp_path):
