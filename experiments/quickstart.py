@@ -30,6 +30,7 @@ flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward (BoT-GRPO 
 flags.DEFINE_float("judge_noise", 0.0, "Probability of flipping each step verdict.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
+flags.DEFINE_bool("report_only", False, "Only write the plot and table of the finished runs.")
 flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
 
 
@@ -69,6 +70,9 @@ def main(argv):
       if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
         timings[name] = done
         print(f"{algo} seed {seed}: finished earlier ({done:.0f} s), reusing it", flush=True)
+      elif FLAGS.report_only:
+        print(f"{algo} seed {seed}: not finished, left out of the report", flush=True)
+        continue
       else:
         if os.path.isdir(workdir) and not os.path.isdir(os.path.join(workdir, "checkpoints")):
           import shutil          # a partial run without checkpoints (the default) starts over
@@ -95,9 +99,10 @@ def main(argv):
   with open(md, "w") as f:
     f.write(f"# Quick-start results\n\nHeld-out accuracy (avg@4 of sampled completions, "
             f"{len(prepared.eval)} problems); thresholds are the warm start's accuracy "
-            f"+0.10/+0.15/+0.25.\n\n{table}\n\nTotal wall time: {total:.0f} s "
-            f"(warm start {prepared.seconds:.0f} s; runs: "
-            + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ").\n")
+            f"+0.10/+0.15/+0.25.\n\n{table}\n\nWall time of this call: {total:.0f} s "
+            f"(warm start {prepared.seconds:.0f} s); run times (each measured when it ran), "
+            f"sum {sum(timings.values()):.0f} s: "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ".\n")
   print(table)
   print(f"wrote {png} and {md} in {total:.0f} s")
 

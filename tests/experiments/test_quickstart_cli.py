@@ -28,6 +28,10 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
   table = (tmp_path / "quickstart.md").read_text()
   assert "| grpo | 1 |" in table and "| bot_grpo | 1 |" in table
   assert (tmp_path / "quickstart.png").stat().st_size > 10_000
+  report = _run("--algos=grpo,bot_grpo,rloo", "--report_only", f"--workdir={tmp_path}", *TINY)
+  assert report.returncode == 0, report.stderr[-3000:]
+  assert "rloo seed 0: not finished, left out" in report.stdout
+  assert not (tmp_path / "rloo-seed0").exists()
   # a second call (e.g. the rest of the comparison) reuses finished runs and trains the new one
   again = _run("--algos=grpo,bot_grpo,rloo", f"--workdir={tmp_path}", *TINY)
   assert again.returncode == 0, again.stderr[-3000:]

@@ -16,7 +16,8 @@ SCRIPT = os.path.join(ROOT, "experiments", "react.py")
 sys.path.insert(0, os.path.join(ROOT, "tests", "react"))
 from _react_openai_server import OpenAIServer, images, texts  # noqa: E402
 
-TINY = ["--model=tiny", "--warm=warm_steps=40", "--warm=examples_per_prompt=2",
+# 80 warm-start steps: about half of the samples hold a component, so every reward part runs
+TINY = ["--model=tiny", "--warm=warm_steps=80", "--warm=examples_per_prompt=2",
         "--set=progress=false", "--eval_n=2", "--eval_limit=2"]
 
 
