@@ -25,7 +25,6 @@ Wiring only: the pipeline lives in `botjax.train.arith`.
 """
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -34,6 +33,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
 import plot as plot_lib  # noqa: E402  experiments/plot.py (this script's directory is on sys.path)
 
 FLAGS = flags.FLAGS
@@ -87,13 +87,17 @@ def run_dir(variant: Variant, seed: int) -> str:
   return os.path.join(FLAGS.workdir, "runs", f"bot_grpo-{variant.key}-seed{seed}")
 
 
-def finished(path: str) -> bool:
-  from botjax.train.writer import read_jsonl
-  metrics = os.path.join(path, "metrics.jsonl")
-  if not os.path.exists(metrics):
-    return False
-  recs = read_jsonl(metrics)
-  return bool(recs) and recs[-1].get("step") == FLAGS.steps and "eval/accuracy" in recs[-1]
+def train_config(seed: int, path: str):
+  from botjax.train import arith
+  cfg = arith.quickstart_config("bot_grpo", seed=seed, workdir=path, steps=FLAGS.steps,
+                                overrides=FLAGS.set)
+  return dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+
+
+def finished_seconds(variant: Variant, seed: int) -> float | None:
+  """Wall time of a complete earlier run of this variant, seed and config, else None."""
+  path = run_dir(variant, seed)
+  return _cli.finished_seconds(path, train_config(seed, path))
 
 
 def run_one(prepared, variant: Variant, seed: int) -> float:
@@ -103,9 +107,7 @@ def run_one(prepared, variant: Variant, seed: int) -> float:
   path = run_dir(variant, seed)
   if os.path.isdir(path):
     shutil.rmtree(path)
-  cfg = arith.quickstart_config("bot_grpo", seed=seed, workdir=path, steps=FLAGS.steps,
-                                overrides=FLAGS.set)
-  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+  cfg = train_config(seed, path)
   t0 = time.perf_counter()
   trainer = arith.make_trainer(prepared, cfg, w_s=variant.w_s, strategy=variant.strategy,
                                window=variant.window, noise=variant.noise,
@@ -115,8 +117,7 @@ def run_one(prepared, variant: Variant, seed: int) -> float:
   finally:
     trainer.close()
   seconds = time.perf_counter() - t0
-  with open(os.path.join(path, "seconds.json"), "w") as f:
-    json.dump({"seconds": seconds}, f)
+  _cli.save_seconds(path, seconds, cfg)
   return seconds
 
 
@@ -127,11 +128,10 @@ def report(ablation: str) -> str | None:
   from botjax.train.writer import read_jsonl
   runs, secs = {}, {}
   for label, v in variants(ablation).items():
-    seeds = [run_dir(v, s) for s in range(FLAGS.seeds) if finished(run_dir(v, s))]
-    if seeds:
-      runs[label] = [read_jsonl(os.path.join(p, "metrics.jsonl")) for p in seeds]
-      secs[label] = [json.load(open(os.path.join(p, "seconds.json")))["seconds"]
-                     for p in seeds if os.path.exists(os.path.join(p, "seconds.json"))]
+    done = {s: t for s in range(FLAGS.seeds) if (t := finished_seconds(v, s)) is not None}
+    if done:
+      runs[label] = [read_jsonl(os.path.join(run_dir(v, s), "metrics.jsonl")) for s in done]
+      secs[label] = list(done.values())
   if not runs:
     return None
   start = float(np.mean([report_lib.series(r, "eval/accuracy")[1][0]
@@ -214,7 +214,7 @@ def main(argv):
     from botjax.train import arith, config as config_lib
     setup = config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm)
     prepared = arith.prepare(FLAGS.workdir, setup)
-    left = [(v, s) for v, s in mine if not finished(run_dir(v, s))]
+    left = [(v, s) for v, s in mine if finished_seconds(v, s) is None]
     print(f"[ablations] {len(todo)} runs in all for {names}; this shard ({i}/{n}): {len(mine)}, "
           f"{len(mine) - len(left)} already finished", flush=True)
     t_all = time.perf_counter()

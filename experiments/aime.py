@@ -20,9 +20,12 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
+from _cli import UserError, user as _user  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
@@ -47,20 +50,13 @@ flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward.")
 flags.DEFINE_string("strategy", "error_propagation", "Step-judging strategy (botjax.rewards.STRATEGIES).")
 flags.DEFINE_integer("window", 3, "Steps per judged unit.")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
-flags.DEFINE_bool("distributed", False, "Multi-host: jax.distributed.initialize() first, on every "
-                  "host (TPU pods, SLURM and Open MPI need nothing else).")
-flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
-flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
-flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+_cli.define_distributed_flags()
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
                     "thinks, Qwen2.5 never.")
 
 KS = (1, 2, 4)
 
-
-class UserError(Exception):
-  """A problem the user can fix; printed without a traceback, exit code 2."""
 
 
 def train_config(tiny):
@@ -126,16 +122,7 @@ def build(cfg, tiny):
     train, evals = prepared.train, prepared.eval
     prompt_fn, correct_fn = arith.prompt_messages, arith.correct_fn
   else:
-    source = FLAGS.checkpoint or models.HF_REPOS.get(FLAGS.model)
-    if not source:
-      raise UserError(f"no known HF repo for --model={FLAGS.model}; pass --checkpoint=DIR")
-    try:
-      ckpt = models.resolve_checkpoint(source, local_files_only=True)
-    except FileNotFoundError as e:
-      repo = models.HF_REPOS.get(FLAGS.model, "<repo id>")
-      raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
-                      f"*.safetensors, tokenizer files), or run `huggingface-cli download {repo}` "
-                      "where there is network and copy the HF cache here (HF_HUB_CACHE).") from None
+    ckpt = _cli.local_checkpoint(FLAGS.checkpoint, FLAGS.model, models.HF_REPOS.get(FLAGS.model))
     mesh = make_mesh(FLAGS.mesh)
     judge = OpenAIStepJudge(FLAGS.judge_model, base_url=FLAGS.judge) if FLAGS.judge else None
     if judge is not None:
@@ -168,28 +155,11 @@ def build(cfg, tiny):
               eval_fn=eval_fn, mesh=mesh, reward_provides=("token", "step") if judge else ())
 
 
-def _user(fn):
-  """Runs fn, turning configuration/data errors into UserError."""
-  from botjax.data import DataFormatError
-  try:
-    return fn()
-  except (ValueError, DataFormatError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
-
-
-def start_distributed():
-  from botjax.models.sharding import initialize_distributed
-  try:
-    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
-                           num_processes=FLAGS.num_processes or None,
-                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
-  except (RuntimeError, ValueError) as e:
-    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
 
 
 def run():
   tiny = FLAGS.model == "tiny"
-  start_distributed()
+  _cli.start_distributed(FLAGS)
   from botjax import models
   from botjax.train import config as config_lib
   _user(lambda: models.get_config(FLAGS.model))
@@ -201,15 +171,10 @@ def run():
       "w_g", "w_s", "strategy", "window", "eval_n", "thinking")}, sort_keys=True))
   print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
   if FLAGS.dry_run:
-    r = cfg.rollout
-    print(_user(lambda: models.plan(FLAGS.model, FLAGS.mesh, batch_size=r.prompts_per_step * r.group_size,
-                                    seq_len=r.max_prompt_tokens + r.max_new_tokens,
-                                    logprob_chunk=cfg.logprob_chunk)))
+    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg))
     return
-  ran = any(os.path.exists(os.path.join(cfg.workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
-  if ran and not FLAGS.resume and not FLAGS.eval_only:
-    raise UserError(f"--resume=false but {cfg.workdir} already holds a run (checkpoints/ or "
-                    "metrics.jsonl); delete them or choose another --workdir")
+  if not FLAGS.eval_only:
+    _cli.refuse_rerun(cfg.workdir, FLAGS.resume)
   from botjax.train.loop import RLTrainer
   kwargs = build(cfg, tiny)
   run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "reward": {
@@ -224,19 +189,5 @@ def run():
     trainer.close()
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.WARNING)
-  try:
-    run()
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-  if {"--help", "-h", "--helpshort"} & set(sys.argv[1:]):   # absl exits 1 on --help
-    print(__doc__ + "\nflags:\n" + FLAGS.main_module_help())
-    sys.exit(0)
-  app.run(main)
+  _cli.entry(__doc__, run)

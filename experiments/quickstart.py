@@ -8,7 +8,6 @@ accuracy and mean reward against step) and `quickstart.md` (steps to accuracy th
 accuracy). Wiring only: the pipeline lives in `botjax.train.arith`.
 """
 
-import json
 import os
 import sys
 import time
@@ -17,6 +16,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
 from botjax.train import arith, report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
 from botjax.train.writer import read_jsonl  # noqa: E402
@@ -32,19 +32,6 @@ flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.lea
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
 flags.DEFINE_bool("report_only", False, "Only write the plot and table of the finished runs.")
 flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
-
-
-def _finished(workdir, cfg):
-  """Seconds of an earlier complete run of exactly this config in `workdir`, else None."""
-  path = os.path.join(workdir, "seconds.json")
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    saved = json.load(f)
-  recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-  complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
-  same = saved.get("config") == json.loads(json.dumps(config_lib.to_dict(cfg)))
-  return float(saved["seconds"]) if complete and same else None
 
 
 def main(argv):
@@ -66,7 +53,7 @@ def main(argv):
       cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
                                     overrides=FLAGS.set)
       name = f"{algo}-seed{seed}"
-      done = _finished(workdir, cfg)
+      done = _cli.finished_seconds(workdir, cfg)
       if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
         timings[name] = done
         print(f"{algo} seed {seed}: finished earlier ({done:.0f} s), reusing it", flush=True)
@@ -84,8 +71,7 @@ def main(argv):
         finally:
           trainer.close()
         timings[name] = time.perf_counter() - t0
-        with open(os.path.join(workdir, "seconds.json"), "w") as f:
-          json.dump({"seconds": timings[name], "config": config_lib.to_dict(cfg)}, f)
+        _cli.save_seconds(workdir, timings[name], cfg)
         print(f"{algo} seed {seed}: {timings[name]:.0f} s", flush=True)
       runs[algo].append(read_jsonl(os.path.join(workdir, "metrics.jsonl")))
   base = [r for recs in runs.values() for r in recs]

@@ -34,9 +34,12 @@ import sys
 import time
 import urllib.parse
 
-from absl import app, flags, logging
+from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
+from _cli import UserError, user as _user  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
@@ -68,11 +71,7 @@ flags.DEFINE_string("pairwise_judge", "", "Base URL of the pairwise VLM judge (d
 flags.DEFINE_string("pairwise_judge_model", "", "Model of the pairwise judge (default: --vlm_judge_model).")
 flags.DEFINE_float("compare_temperature", 0.0, "Sampling temperature of --compare rollouts (0: greedy).")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
-flags.DEFINE_bool("distributed", False, "Multi-host: jax.distributed.initialize() first, on every "
-                  "host (TPU pods, SLURM and Open MPI need nothing else).")
-flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
-flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
-flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+_cli.define_distributed_flags()
 
 
 
@@ -81,15 +80,6 @@ flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this proce
 WEIGHTS = (("w_global", 1.0), ("w_local", 1.0))
 
 
-class UserError(Exception):
-  """A problem the user can fix; printed without a traceback, exit code 2."""
-
-
-def _user(fn):
-  try:
-    return fn()
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
 
 
 def train_config(tiny):
@@ -150,11 +140,9 @@ def make_reward(*, judges: bool = True):
     raise UserError(f"{e}\nInstall it with `bash scripts/setup.sh test` (Node packages pinned in "
                     "botjax/rewards/react/node, Debian's chromium).") from None
   code_judge = vlm_judge = None
-  if judges and FLAGS.judge:
-    check_reachable(FLAGS.judge, "judge")
+  if judges and FLAGS.judge:   # run() and compare() checked that the URLs are reachable
     code_judge = react.CodeJudge(react.JudgeConfig(model=FLAGS.judge_model, base_url=FLAGS.judge))
   if judges and FLAGS.vlm_judge:
-    check_reachable(FLAGS.vlm_judge, "vlm_judge")
     vlm_judge = react.VLMJudge(react.JudgeConfig(model=FLAGS.vlm_judge_model,
                                                  base_url=FLAGS.vlm_judge), mode=FLAGS.vlm_mode)
   cfg = _user(lambda: react.ReactRewardConfig(vlm_line_weight=FLAGS.vlm_line_weight,
@@ -170,7 +158,6 @@ def react_repo(model):
 
 def load_policy(tiny):
   """(checkpoint dir, train records, held-out records, mesh) for tiny or a real checkpoint."""
-  from botjax import models
   from botjax.models.sharding import make_mesh
   from botjax.rewards import react
   if tiny:
@@ -183,16 +170,7 @@ def load_policy(tiny):
     print(f"[react] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} "
           f"in {prepared.seconds:.0f} s)", flush=True)
     return prepared.checkpoint, prepared.train, prepared.eval, None
-  source = FLAGS.checkpoint or react_repo(FLAGS.model)
-  if not source:
-    raise UserError(f"no known HF repo for --model={FLAGS.model}; pass --checkpoint=DIR")
-  try:
-    ckpt = models.resolve_checkpoint(source, local_files_only=True)
-  except FileNotFoundError as e:
-    repo = react_repo(FLAGS.model) or "<repo id>"
-    raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
-                    f"*.safetensors, tokenizer files), or run `huggingface-cli download {repo}` "
-                    "where there is network and copy the HF cache here (HF_HUB_CACHE).") from None
+  ckpt = _cli.local_checkpoint(FLAGS.checkpoint, FLAGS.model, react_repo(FLAGS.model))
   prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
   train, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
   return ckpt, [p.to_record() for p in train], [p.to_record() for p in test], make_mesh(FLAGS.mesh)
@@ -309,19 +287,10 @@ def _max_new_tokens():
   return train_config(FLAGS.model == "tiny").rollout.max_new_tokens
 
 
-def start_distributed():
-  from botjax.models.sharding import initialize_distributed
-  try:
-    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
-                           num_processes=FLAGS.num_processes or None,
-                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
-  except (RuntimeError, ValueError) as e:
-    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
-
 
 def run():
   tiny = FLAGS.model == "tiny"
-  start_distributed()
+  _cli.start_distributed(FLAGS)
   from botjax import models
   from botjax.train import config as config_lib
   _user(lambda: models.get_config(FLAGS.model))
@@ -333,15 +302,10 @@ def run():
       "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
   print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
   if FLAGS.dry_run:
-    r = cfg.rollout
-    print(_user(lambda: models.plan(FLAGS.model, FLAGS.mesh, batch_size=r.prompts_per_step * r.group_size,
-                                    seq_len=r.max_prompt_tokens + r.max_new_tokens,
-                                    logprob_chunk=cfg.logprob_chunk)))
+    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg))
     return
-  ran = any(os.path.exists(os.path.join(cfg.workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
-  if ran and not FLAGS.resume and not FLAGS.eval_only:
-    raise UserError(f"--resume=false but {cfg.workdir} already holds a run (checkpoints/ or "
-                    "metrics.jsonl); delete them or choose another --workdir")
+  if not FLAGS.eval_only:
+    _cli.refuse_rerun(cfg.workdir, FLAGS.resume)
   from botjax import algorithms
   recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
   if recipe.granularity is algorithms.Granularity.STEP:
@@ -355,9 +319,11 @@ def run():
   if not train or not held_out:
     raise UserError(f"{len(train)} train and {len(held_out)} held-out prompts: need at least one "
                     f"of each (more prompts, or another --test_fraction)")
-  reward = make_reward()
-  eval_reward = make_reward(judges=False) if (reward.code_judge or reward.vlm_judge) else reward
   from botjax.rewards import react
+  reward = make_reward()
+  # evaluation measures the compile rate only: no judges, the same Node workers and browser
+  eval_reward = (react.ReactReward(reward.config, pool=reward.pool, renderer=reward.renderer)
+                 if (reward.code_judge or reward.vlm_judge) else reward)
   from botjax.train.loop import ListPrompts, RLTrainer
   tok = models.load_tokenizer(ckpt)
   run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "checkpoint": ckpt,
@@ -388,19 +354,5 @@ def run():
       eval_reward.close()
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.WARNING)
-  try:
-    run()
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-  if {"--help", "-h", "--helpshort"} & set(sys.argv[1:]):   # absl exits 1 on --help
-    print(__doc__ + "\nflags:\n" + FLAGS.main_module_help())
-    sys.exit(0)
-  app.run(main)
+  _cli.entry(__doc__, run)

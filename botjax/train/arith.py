@@ -58,8 +58,13 @@ class ArithmeticSetup:
                                    seed=self.task_seed)
 
   def digest(self) -> str:
-    blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
+    return setup_digest(self)
+
+
+def setup_digest(setup, **extra) -> str:
+  """Cache key of a testbed setup dataclass (its fields plus `extra`): 10 hex digits."""
+  blob = json.dumps({**dataclasses.asdict(setup), **extra}, sort_keys=True).encode()
+  return hashlib.sha256(blob).hexdigest()[:10]
 
 
 # The tiny model learns the answer format from its warm start, so the prompt is the bare
@@ -73,12 +78,45 @@ def prompt_messages(record):
 
 @dataclasses.dataclass
 class Prepared:
+  """A testbed's warm-start checkpoint dir and its train / held-out records."""
   checkpoint: str
   train: list[dict]
   eval: list[dict]
-  setup: ArithmeticSetup
+  setup: object          # the setup dataclass (ArithmeticSetup, react_tiny.TinyReactSetup)
   seconds: float
   cached: bool
+
+
+def tiny_model(tok, setup, *, max_position_embeddings: int) -> tuple[models.Decoder, int]:
+  """A random tiny Qwen2-architecture Decoder sized by `setup` (hidden_size, num_layers,
+  num_heads, num_kv_heads, intermediate_size, seed) for the tokenizer `tok`; returns it and the
+  EOS id (`<|im_end|>`)."""
+  eos = tok.convert_tokens_to_ids("<|im_end|>")
+  cfg = dataclasses.replace(
+      models.get_config("tiny"), vocab_size=len(tok), hidden_size=setup.hidden_size,
+      num_layers=setup.num_layers, num_heads=setup.num_heads, num_kv_heads=setup.num_kv_heads,
+      head_dim=setup.hidden_size // setup.num_heads, intermediate_size=setup.intermediate_size,
+      bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=(eos,),
+      pad_token_id=tok.pad_token_id, max_position_embeddings=max_position_embeddings)
+  return models.Decoder(cfg, rngs=nnx.Rngs(setup.seed)), eos
+
+
+def num_params(model) -> int:
+  return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def warm_start(model, tok, prompt_ids, completion_ids, setup, tmp: str, ckpt: str, *,
+               log_every: int) -> None:
+  """SFT of `model` on the pairs (setup's warm_steps, warm_batch, warm_lr, seed), then saves it
+  as a Hugging Face checkpoint with `setup.json` in `tmp` and renames `tmp` to `ckpt`, so that a
+  half-built warm start is never taken for a finished one."""
+  sft(model, prompt_ids, completion_ids,
+      SFTConfig(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr,
+                seed=setup.seed), pad_id=tok.pad_token_id, log_every=log_every)
+  models.save_pretrained(model, tmp)
+  with open(os.path.join(tmp, "setup.json"), "w") as f:
+    json.dump(dataclasses.asdict(setup), f, indent=2)
+  os.replace(tmp, ckpt)
 
 
 def prepare(workdir: str, setup: ArithmeticSetup = ArithmeticSetup(), *,
@@ -93,14 +131,7 @@ def prepare(workdir: str, setup: ArithmeticSetup = ArithmeticSetup(), *,
   tmp = ckpt + ".partial"
   tok = data_lib.build_tokenizer(tmp, task, vocab_size=setup.vocab_size,
                                  template=QUICKSTART_TEMPLATE)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(
-      models.get_config("tiny"), vocab_size=len(tok), hidden_size=setup.hidden_size,
-      num_layers=setup.num_layers, num_heads=setup.num_heads, num_kv_heads=setup.num_kv_heads,
-      head_dim=setup.hidden_size // setup.num_heads, intermediate_size=setup.intermediate_size,
-      bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=(eos,),
-      pad_token_id=tok.pad_token_id, max_position_embeddings=512)
-  model = models.Decoder(cfg, rngs=nnx.Rngs(setup.seed))
+  model, eos = tiny_model(tok, setup, max_position_embeddings=512)
   rng = random.Random(setup.seed)
   prompts, completions = [], []
   for rec in train:
@@ -112,16 +143,9 @@ def prepare(workdir: str, setup: ArithmeticSetup = ArithmeticSetup(), *,
     completions.append(c)
   if verbose:
     print(f"warm start: {len(train)} imperfect solutions (error rate {setup.warm_error_rate}), "
-          f"{setup.warm_steps} SFT steps on a {sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) / 1e6:.2f}M-parameter model",
+          f"{setup.warm_steps} SFT steps on a {num_params(model) / 1e6:.2f}M-parameter model",
           flush=True)
-  sft(model, prompts, completions,
-      SFTConfig(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr,
-                seed=setup.seed), pad_id=tok.pad_token_id,
-      log_every=100 if verbose else 0)
-  models.save_pretrained(model, tmp)
-  with open(os.path.join(tmp, "setup.json"), "w") as f:
-    json.dump(dataclasses.asdict(setup), f, indent=2)
-  os.replace(tmp, ckpt)
+  warm_start(model, tok, prompts, completions, setup, tmp, ckpt, log_every=100 if verbose else 0)
   return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=False)
 
 

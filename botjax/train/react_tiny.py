@@ -13,7 +13,6 @@ Hugging Face path a user's checkpoint takes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -21,13 +20,9 @@ import re
 import time
 from collections.abc import Sequence
 
-import jax
-from flax import nnx
-
 from botjax import data as data_lib
-from botjax import models
 from botjax.rewards.react import prompts as prompts_lib
-from botjax.train.sft import SFTConfig, sft
+from botjax.train import arith
 
 FLAWS = ("unused_variable", "missing_key", "var", "missing_brace", "bad_import")
 GENERATOR_VERSION = 2          # part of the cache key: bump when `component` changes
@@ -51,9 +46,7 @@ class TinyReactSetup:
   seed: int = 0
 
   def digest(self) -> str:
-    blob = json.dumps({**dataclasses.asdict(self), "generator": GENERATOR_VERSION},
-                      sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
+    return arith.setup_digest(self, generator=GENERATOR_VERSION)
 
 
 def title_of(request: str) -> str:
@@ -94,7 +87,7 @@ def component(request: str, rng: random.Random, flaw: str | None = None) -> str:
   if flaw == "unused_variable":
     lines.append("  const unused = 42;")
   lines.append("  return (")
-  lines.append(f'    <div className="min-h-screen bg-gray-50 p-8">')
+  lines.append('    <div className="min-h-screen bg-gray-50 p-8">')
   lines.append(f'      <h1 className="text-2xl font-bold text-{color}-700">{title}</h1>')
   if layout == 0:
     lines.append(f'      <button className="mt-4 rounded bg-{color}-600 px-4 py-2 text-white" '
@@ -128,19 +121,9 @@ def prompt_messages(record) -> list[dict[str, str]]:
   return prompts_lib.chat_messages(record["prompt"])
 
 
-@dataclasses.dataclass
-class Prepared:
-  checkpoint: str
-  train: list[dict]
-  eval: list[dict]
-  setup: TinyReactSetup
-  seconds: float
-  cached: bool
-
-
 def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
             prompts: Sequence[prompts_lib.ReactPrompt] | None = None,
-            verbose: bool = True) -> Prepared:
+            verbose: bool = True) -> arith.Prepared:
   """Builds or reuses the tokenizer + warm-started tiny model of the React testbed.
 
   Args:
@@ -150,7 +133,7 @@ def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
     verbose: print progress of the warm start.
 
   Returns:
-    Prepared with the checkpoint dir and the train / held-out prompt records.
+    arith.Prepared with the checkpoint dir and the train / held-out prompt records.
   """
   t0 = time.perf_counter()
   prompts = list(prompts_lib.builtin_prompts() if prompts is None else prompts)
@@ -158,7 +141,7 @@ def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
   train, held_out = [p.to_record() for p in train_p], [p.to_record() for p in test_p]
   ckpt = os.path.join(workdir, f"react-warmstart-{setup.digest()}")
   if os.path.exists(os.path.join(ckpt, "config.json")):
-    return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=True)
+    return arith.Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=True)
   rng = random.Random(setup.seed)
   pairs = []
   for rec in train:
@@ -168,30 +151,17 @@ def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
   tmp = ckpt + ".partial"
   corpus = [prompts_lib.SYSTEM_PROMPT] * 4 + [p.prompt for p in prompts] + [c for _, c in pairs]
   tok = data_lib.build_tokenizer(tmp, corpus, vocab_size=setup.vocab_size)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(
-      models.get_config("tiny"), vocab_size=len(tok), hidden_size=setup.hidden_size,
-      num_layers=setup.num_layers, num_heads=setup.num_heads, num_kv_heads=setup.num_kv_heads,
-      head_dim=setup.hidden_size // setup.num_heads, intermediate_size=setup.intermediate_size,
-      bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=(eos,),
-      pad_token_id=tok.pad_token_id, max_position_embeddings=1024)
-  model = models.Decoder(cfg, rngs=nnx.Rngs(setup.seed))
+  model, eos = arith.tiny_model(tok, setup, max_position_embeddings=1024)
   prompt_ids, completion_ids = [], []
   for rec, text in pairs:
     prompt_ids.append(tok.apply_chat_template(prompt_messages(rec), add_generation_prompt=True,
                                               tokenize=True, return_dict=False))
     completion_ids.append(tok(text, add_special_tokens=False)["input_ids"] + [eos])
   if verbose:
-    n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     print(f"react warm start: {len(pairs)} components ({setup.flaw_rate:.0%} flawed) for "
-          f"{len(train)} prompts, {setup.warm_steps} SFT steps on a {n_params / 1e6:.2f}M-parameter "
+          f"{len(train)} prompts, {setup.warm_steps} SFT steps on a {arith.num_params(model) / 1e6:.2f}M-parameter "
           f"model; prompts {max(map(len, prompt_ids))} and completions "
           f"{max(map(len, completion_ids))} tokens at most", flush=True)
-  sft(model, prompt_ids, completion_ids,
-      SFTConfig(steps=setup.warm_steps, batch_size=setup.warm_batch, learning_rate=setup.warm_lr,
-                seed=setup.seed), pad_id=tok.pad_token_id, log_every=50 if verbose else 0)
-  models.save_pretrained(model, tmp)
-  with open(os.path.join(tmp, "setup.json"), "w") as f:
-    json.dump(dataclasses.asdict(setup), f, indent=2)
-  os.replace(tmp, ckpt)
-  return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=False)
+  arith.warm_start(model, tok, prompt_ids, completion_ids, setup, tmp, ckpt,
+                   log_every=50 if verbose else 0)
+  return arith.Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=False)

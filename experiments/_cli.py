@@ -1,0 +1,115 @@
+"""Wiring shared by the experiment scripts: user errors, multi-host flags, checkpoints, dry-run
+plans, finished-run reuse and the absl entry point. Imports of botjax stay inside the functions
+so that `--help` answers without loading JAX."""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+
+class UserError(Exception):
+  """A problem the user can fix; printed without a traceback, exit code 2."""
+
+
+def user(fn):
+  """Runs fn, turning configuration and data errors (ValueError, FileNotFoundError) into UserError."""
+  try:
+    return fn()
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+
+
+def define_distributed_flags() -> None:
+  flags.DEFINE_bool("distributed", False, "Multi-host: jax.distributed.initialize() first, on "
+                    "every host (TPU pods, SLURM and Open MPI need nothing else).")
+  flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
+  flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
+  flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+
+
+def start_distributed(FLAGS) -> None:
+  """`botjax.models.sharding.initialize_distributed` from the flags of `define_distributed_flags`."""
+  from botjax.models.sharding import initialize_distributed
+  try:
+    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
+                           num_processes=FLAGS.num_processes or None,
+                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+  except (RuntimeError, ValueError) as e:
+    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+
+
+def local_checkpoint(checkpoint: str, model: str, repo: str | None) -> str:
+  """--checkpoint, else the preset's repo in the local HF cache (never downloaded)."""
+  from botjax import models
+  source = checkpoint or repo
+  if not source:
+    raise UserError(f"no known HF repo for --model={model}; pass --checkpoint=DIR")
+  try:
+    return models.resolve_checkpoint(source, local_files_only=True)
+  except FileNotFoundError as e:
+    raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
+                    f"*.safetensors, tokenizer files), or run `huggingface-cli download "
+                    f"{repo or '<repo id>'}` where there is network and copy the HF cache here "
+                    "(HF_HUB_CACHE).") from None
+
+
+def plan_text(model: str, mesh: str, cfg) -> str:
+  """The dry-run memory/FLOPs plan of one training step of `cfg` (a TrainConfig)."""
+  from botjax import models
+  r = cfg.rollout
+  return user(lambda: str(models.plan(model, mesh, batch_size=r.prompts_per_step * r.group_size,
+                                      seq_len=r.max_prompt_tokens + r.max_new_tokens,
+                                      logprob_chunk=cfg.logprob_chunk)))
+
+
+def refuse_rerun(workdir: str, resume: bool) -> None:
+  """With --resume=false, refuses a workdir that already holds a run."""
+  ran = any(os.path.exists(os.path.join(workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
+  if ran and not resume:
+    raise UserError(f"--resume=false but {workdir} already holds a run (checkpoints/ or "
+                    "metrics.jsonl); delete them or choose another --workdir")
+
+
+def save_seconds(workdir: str, seconds: float, cfg) -> None:
+  """Marks a finished run: its wall time and the config it ran (read by `finished_seconds`)."""
+  from botjax.train import config as config_lib
+  with open(os.path.join(workdir, "seconds.json"), "w") as f:
+    json.dump({"seconds": seconds, "config": config_lib.to_dict(cfg)}, f)
+
+
+def finished_seconds(workdir: str, cfg) -> float | None:
+  """Seconds of an earlier complete run of exactly this config in `workdir`, else None."""
+  from botjax.train import config as config_lib
+  from botjax.train.writer import read_jsonl
+  path = os.path.join(workdir, "seconds.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    saved = json.load(f)
+  recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
+  same = saved.get("config") == json.loads(json.dumps(config_lib.to_dict(cfg)))
+  return float(saved["seconds"]) if complete and same else None
+
+
+def entry(doc: str, run) -> None:
+  """Runs `run()` under absl: user errors exit 2 without a traceback; --help prints `doc` and
+  the flags and exits 0 (absl's own --help exits 1)."""
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    try:
+      run()
+    except UserError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  if {"--help", "-h", "--helpshort"} & set(sys.argv[1:]):
+    shared = flags.FLAGS.module_help(sys.modules[__name__])   # define_distributed_flags
+    print(doc + "\nflags:\n" + flags.FLAGS.main_module_help() + "\n" + shared)
+    sys.exit(0)
+  app.run(main)
