@@ -29,8 +29,9 @@ class KVCache:
   """Per-layer keys and values of S cache slots, and which slots hold a real token.
 
   Attributes:
-    k: [num_layers, B, S, K, H] keys (RoPE already applied).
-    v: [num_layers, B, S, K, H] values.
+    k: [num_layers, B, K, S, H] keys (RoPE already applied), head-major.
+    v: [num_layers, B, K, H, S] values, slots last: a decode step's probs · v then reduces
+      over the minor axis, which XLA:CPU fuses with the read of the cache.
     valid: bool [B, S], True where a slot holds a (non-padding) token.
   """
 
@@ -50,15 +51,17 @@ class KVCache:
       dtype: storage dtype of keys and values.
 
     Returns:
-      A `KVCache` with k, v zeros [num_layers, B, S, K, H] and valid all False [B, S].
+      A `KVCache` with k zeros [num_layers, B, K, S, H], v zeros [num_layers, B, K, H, S]
+      and valid all False [B, S].
     """
-    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+    shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
+    v_shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
+    return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(v_shape, dtype),
                valid=jnp.zeros((batch_size, max_len), bool))
 
   @property
   def max_len(self) -> int:
-    return self.k.shape[2]
+    return self.k.shape[3]
 
 
 class Decoder(nnx.Module):
@@ -167,9 +170,11 @@ class Decoder(nnx.Module):
       else:
         x, (k, v) = layer(x, cos, sin, layer_allowed, (cache.k[i], cache.v[i], layer_past))
       if cache is not None:
-        start = (jnp.asarray(i, jnp.int32), zero, index, zero, zero)
+        start = (jnp.asarray(i, jnp.int32), zero, zero, index, zero)
         k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
-        v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
+        v_all = jax.lax.dynamic_update_slice(
+            v_all, v.transpose(0, 1, 3, 2)[None].astype(v_all.dtype),
+            (jnp.asarray(i, jnp.int32), zero, zero, zero, index))
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:

@@ -30,7 +30,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from botjax.models.decoder import KVCache
-from botjax.models.sharding import constrain
+from botjax.models.sharding import compiler_options, constrain
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import sample_logits
@@ -119,14 +119,16 @@ def _repeat_cache(cache: KVCache, n: int) -> KVCache:
 
 def _extend_cache(cache: KVCache, extra: int) -> KVCache:
   """Appends `extra` empty (invalid) slots to every row of a cache."""
-  slots = ((0, 0), (0, 0), (0, extra), (0, 0), (0, 0))
-  return KVCache(k=jnp.pad(cache.k, slots), v=jnp.pad(cache.v, slots),
+  k_slots = ((0, 0), (0, 0), (0, 0), (0, extra), (0, 0))     # k [layers, B, K, S, H]
+  v_slots = ((0, 0), (0, 0), (0, 0), (0, 0), (0, extra))     # v [layers, B, K, H, S]
+  return KVCache(k=jnp.pad(cache.k, k_slots), v=jnp.pad(cache.v, v_slots),
                  valid=jnp.pad(cache.valid, ((0, 0), (0, extra))))
 
 
 def _constrain_cache(cache: KVCache) -> KVCache:
-  axes = ("layers", "batch", "cache_length", "act_kv_heads", "head_dim")
-  return KVCache(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
+  k_axes = ("layers", "batch", "act_kv_heads", "cache_length", "head_dim")
+  v_axes = ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
+  return KVCache(k=constrain(cache.k, k_axes), v=constrain(cache.v, v_axes),
                  valid=constrain(cache.valid, ("batch", "cache_length")))
 
 
@@ -174,7 +176,8 @@ class Sampler:
     self._batch_axes = tuple(a for a in _BATCH_AXES if mesh is not None and a in mesh.shape)
     self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
-    self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"))
+    self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"),
+                                 compiler_options=compiler_options())
 
   # -- host side ---------------------------------------------------------------------------
 

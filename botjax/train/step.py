@@ -23,6 +23,7 @@ from flax import nnx
 
 from botjax import algorithms
 from botjax import losses
+from botjax.models.sharding import compiler_options
 from botjax.train.config import OptimConfig
 
 
@@ -243,7 +244,7 @@ def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperatur
   fn = functools.partial(update, graphdef=graphdef, rest=rest, recipe=recipe,
                          optimizer=optimizer, num_micro=num_micro, temperature=temperature,
                          chunk=chunk)
-  return jax.jit(fn, donate_argnums=(0,) if donate else ())
+  return jax.jit(fn, donate_argnums=(0,) if donate else (), compiler_options=compiler_options())
 
 
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
@@ -252,7 +253,7 @@ def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
     return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk)
-  return jax.jit(fn, static_argnums=(4,))
+  return jax.jit(fn, static_argnums=(4,), compiler_options=compiler_options())
 
 
 def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> TrainState:

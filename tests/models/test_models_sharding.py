@@ -89,3 +89,25 @@ def test_load_pretrained_places_parameters_on_the_mesh(hf_checkpoint):
   assert head.addressable_shards[0].data.shape == (64 // 4, 128 // 2)
   single = bm.load_pretrained(path)
   np.testing.assert_array_equal(np.asarray(head), np.asarray(single.lm_head[...]))
+
+
+def test_compiler_options_follow_the_backend_the_cores_and_the_override(monkeypatch):
+  from botjax.models import sharding
+  monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "on")
+  opts = sharding.compiler_options()
+  assert opts == sharding.CPU_COMPILER_OPTIONS and opts is not sharding.CPU_COMPILER_OPTIONS
+  # XLA accepts them per program, and the program computes the same values
+  x = jnp.arange(12.0).reshape(3, 4)
+  f = jax.jit(lambda a: jnp.tanh(a @ a.T).sum(0), compiler_options=opts)
+  np.testing.assert_allclose(np.asarray(f(x)), np.tanh(np.asarray(x) @ np.asarray(x).T).sum(0),
+                             rtol=1e-6)
+  monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "off")
+  assert sharding.compiler_options() is None
+  monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "auto")
+  monkeypatch.setattr(sharding.os, "cpu_count", lambda: 64)
+  assert sharding.compiler_options() is None            # big hosts keep XLA's defaults
+  monkeypatch.setattr(sharding.os, "cpu_count", lambda: 2)
+  assert sharding.compiler_options() == sharding.CPU_COMPILER_OPTIONS
+  monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "fast")
+  with pytest.raises(ValueError, match="BOTJAX_CPU_COMPILER_OPTIONS='fast'.*'auto', 'on', 'off'"):
+    sharding.compiler_options()

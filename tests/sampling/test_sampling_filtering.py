@@ -123,3 +123,19 @@ def test_bad_hyperparameters_raise():
     top_p_filter(z, top_p=0.0)
   with pytest.raises(ValueError, match="temperature"):
     sample_logits(jax.random.split(jax.random.key(0), B), z, temperature=-1.0)
+
+
+@pytest.mark.parametrize("top_k", [0, 5])
+def test_sampling_draws_the_same_tokens_as_jax_random_categorical(top_k):
+  """The max + first-index Gumbel draw picks exactly what jax.random.categorical picks."""
+  keys = jax.random.split(jax.random.key(3), 256)
+  logits = jax.random.normal(jax.random.key(4), (256, 50)) * 3.0
+  logits = logits.at[:, 7].set(-jnp.inf)
+  filtered = filter_logits(logits, top_k=top_k, top_p=1.0)
+  want = jax.vmap(jax.random.categorical)(keys, filtered)
+  got, _ = jax.jit(lambda k, z: sample_logits(k, z, temperature=1.0, top_k=top_k))(keys, logits)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  # ties go to the first maximum, as argmax does
+  from botjax.sampling.filtering import _first_argmax
+  z = jnp.asarray([[1.0, 3.0, 3.0, -jnp.inf], [-jnp.inf, -jnp.inf, 0.0, 0.0]])
+  np.testing.assert_array_equal(np.asarray(_first_argmax(z)), [1, 2])
