@@ -266,6 +266,9 @@ def main() -> None:
   if args.iters < 1 or args.warmup < 0:
     parser.error("--iters must be >= 1 and --warmup >= 0")
 
+  from botjax.models import sharding
+  allocator = sharding.tune_host_allocator()   # before JAX starts its threads; both sides share it
+
   import jax
   import torch
   import transformers
@@ -296,6 +299,8 @@ def main() -> None:
             "threads spin at every op) far more than the botjax side, which inflates the ratio. "
             "Compare on an idle machine, or pass --torch-threads 1.", flush=True)
   print(f"versions: python {platform.python_version()}, {versions}")
+  print(f"host allocator: {'freed memory kept for reuse (sharding.tune_host_allocator)' if allocator else 'unchanged'}; "
+        f"XLA:CPU options of botjax's programs: {sharding.compiler_options()}")
 
   n_steps = args.warmup + args.iters
   with tempfile.TemporaryDirectory(prefix="botjax-rl-bench-") as tmp:

@@ -17,6 +17,7 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
+from botjax.models import sharding
 from botjax.train import arith, report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
 from botjax.train.writer import read_jsonl  # noqa: E402
@@ -36,6 +37,7 @@ flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead 
 
 def main(argv):
   del argv
+  sharding.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
   prepared = arith.prepare(FLAGS.workdir,

@@ -80,6 +80,44 @@ def compiler_options() -> dict[str, Any] | None:
   return dict(CPU_COMPILER_OPTIONS)
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8   # glibc <malloc.h>
+
+
+def tune_host_allocator() -> bool:
+  """Keeps freed host memory in the process so XLA:CPU reuses it instead of faulting it in again.
+
+  XLA:CPU allocates each execution's temporary buffer afresh (433 MB for the RL update of
+  `benchmarks/rl_step.py`); glibc serves allocations that large with a new mmap and unmaps them
+  on free, so every execution page-faults its whole working set again: 0.3 s for 433 MB on the
+  2-core CI machine, most of that update's time. This sets glibc's malloc to one arena, no
+  mmap and no trimming (`mallopt`), so freed buffers stay mapped and the next execution reuses
+  them (update 0.45 -> 0.26 s, measured, 0 page faults instead of 105,800).
+
+  Call it before the first JAX computation: JAX's threads pick their malloc arena when they
+  start, and those started earlier keep mmap-ing. Meant for CPU training (the quick-start, the
+  ablations, the benchmarks): the process then keeps its peak host memory, which on an
+  accelerator host would include the host copy of a loaded checkpoint. The same effect for any
+  program, without code: `MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295`
+  or `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the environment.
+
+  Returns:
+    True when applied (Linux with glibc), False elsewhere (nothing changes).
+  """
+  import ctypes
+  import ctypes.util
+  import sys
+  if not sys.platform.startswith("linux"):
+    return False
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    mallopt = libc.mallopt
+  except (OSError, AttributeError):
+    return False                        # not glibc (e.g. musl has no mallopt)
+  mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+  return bool(mallopt(_M_ARENA_MAX, 1) and mallopt(_M_MMAP_MAX, 0)
+              and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
 def parse_mesh_spec(spec: str, num_devices: int) -> dict[str, int]:
   """Parses `"data:2,fsdp:2,tensor:2"` into axis sizes; one axis may be -1 ("the rest").
 
