@@ -177,7 +177,7 @@ class Sampler:
     self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
     self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"),
-                                 compiler_options=compiler_options())
+                                 compiler_options=compiler_options(decode=True))
 
   # -- host side ---------------------------------------------------------------------------
 

@@ -240,7 +240,12 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
 
 def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperature=1.0,
                    chunk=128, donate=True):
-  """`update` jitted with everything static bound; `(state, batch) -> StepOutput`."""
+  """`update` jitted with everything static bound; `(state, batch) -> StepOutput`.
+
+  Compiled as a top-level program with `botjax.models.sharding.compiler_options()` (XLA:CPU
+  settings on small CPU hosts), which JAX refuses inside another `jax.jit`: to call the update
+  from your own jitted step, bind `update` with `functools.partial` instead.
+  """
   fn = functools.partial(update, graphdef=graphdef, rest=rest, recipe=recipe,
                          optimizer=optimizer, num_micro=num_micro, temperature=temperature,
                          chunk=chunk)
@@ -248,7 +253,10 @@ def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperatur
 
 
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
-  """Jitted `(params, input_ids, positions, attention_mask, T) -> (logp, entropy)`."""
+  """Jitted `(params, input_ids, positions, attention_mask, T) -> (logp, entropy)`.
+
+  A top-level program (see `make_update_fn`); inside your own jit call `completion_logprobs`.
+  """
   def fn(params, input_ids, positions, attention_mask, completion_len):
     return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,

@@ -101,9 +101,13 @@ def test_compiler_options_follow_the_backend_the_cores_and_the_override(monkeypa
   assert opts == sharding.CPU_COMPILER_OPTIONS and opts is not sharding.CPU_COMPILER_OPTIONS
   # XLA accepts them per program, and the program computes the same values
   x = jnp.arange(12.0).reshape(3, 4)
-  f = jax.jit(lambda a: jnp.tanh(a @ a.T).sum(0), compiler_options=opts)
-  np.testing.assert_allclose(np.asarray(f(x)), np.tanh(np.asarray(x) @ np.asarray(x).T).sum(0),
-                             rtol=1e-6)
+  def fn(a):
+    return jnp.tanh(a @ a.T).sum(0)
+  want = np.tanh(np.asarray(x) @ np.asarray(x).T).sum(0)
+  np.testing.assert_allclose(np.asarray(jax.jit(fn, compiler_options=opts)(x)), want, rtol=1e-6)
+  dec = sharding.compiler_options(decode=True)
+  assert dec == {**sharding.CPU_COMPILER_OPTIONS, **sharding.DECODE_CPU_COMPILER_OPTIONS}
+  np.testing.assert_allclose(np.asarray(jax.jit(fn, compiler_options=dec)(x)), want, rtol=1e-6)
   monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "off")
   assert sharding.compiler_options() is None
   monkeypatch.setenv("BOTJAX_CPU_COMPILER_OPTIONS", "auto")
