@@ -18,8 +18,14 @@ weights; the mean completion length of each side is printed to show that practic
 completions are 64 tokens long (with the default seed, one TRL completion in iteration 6 still
 stops early: mean 63.8 there), and generated tokens per second are printed as well.
 
-  python benchmarks/rl_step.py                  # 2 warm-up + 5 timed iterations per side
+  python benchmarks/rl_step.py                  # 4 warm-up + 8 timed iterations per side
   python benchmarks/rl_step.py --iters 3 --warmup 1
+
+Each side runs in a fresh process of this script (`--no-separate` runs both in this one). In one
+process each side slowed the other: the TRL side took 0.88-1.06 s per iteration after the botjax
+side against 0.60-0.76 s alone, and the botjax side took 0.65 s after importing torch/TRL
+against 0.50 s without. The processes build the model and tokenizer from the same seed; their
+digests are compared and must match.
 
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
@@ -30,14 +36,25 @@ jobs slow torch's default OpenMP threads (one per core) far more than XLA's, so 
 inflates the ratio several-fold; `--torch-threads 1` makes the TRL side robust to that.
 
 Iterations 0 and 1 of botjax are compile time (iteration 1 compiles the update a second time,
-because the train state is no longer uncommitted after the first update); `--warmup 2` skips
-both.
+because the train state is no longer uncommitted after the first update), and its next two or
+three iterations are still 10-30% slower than the steady state (no page faults or compiles
+there; measured, cause not found); the default `--warmup 4` skips them on both sides.
+
+Process set-up, shared by both sides: `botjax.models.sharding.tune_host_allocator()` runs first
+(glibc malloc keeps freed memory, so XLA:CPU does not page-fault each execution's buffers
+again; it speeds up the TRL side as well, see `--no-tune-allocator`), and
+botjax's programs compile with `sharding.compiler_options()` (one thread per XLA op, the
+memory-optimised schedule, no YNNPACK fusions in the decode loop); both are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+import subprocess
+import sys
 import platform
 import statistics
 import tempfile
@@ -99,7 +116,11 @@ def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap:
   model.save_pretrained(model_dir)
   tok.save_pretrained(model_dir)
   n_params = sum(p.numel() for p in model.parameters())
-  return model_dir, records, tok, n_params, special
+  digest = hashlib.sha256()
+  for name in ("model.safetensors", "tokenizer.json"):
+    with open(os.path.join(model_dir, name), "rb") as f:
+      digest.update(f.read())
+  return model_dir, records, tok, n_params, special, digest.hexdigest()[:12]
 
 
 def make_reward():
@@ -242,14 +263,35 @@ def bench_trl(model_dir, records, args, workdir):
 
 # -- report ----------------------------------------------------------------------------------
 
+def _run_side(side: str, args, tmp: str, digest: str) -> dict:
+  """Runs one side in a fresh process of this script; returns its {setup_s, warm, timed}."""
+  out = os.path.join(tmp, f"{side}.json")
+  cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--json-out", out,
+         "--iters", str(args.iters), "--warmup", str(args.warmup), "--prompts", str(args.prompts),
+         "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--seed", str(args.seed),
+         "--special-logit-gap", str(args.special_logit_gap),
+         "--torch-threads", str(args.torch_threads),
+         "--tune-allocator" if args.tune_allocator else "--no-tune-allocator"]
+  proc = subprocess.run(cmd)
+  if proc.returncode:
+    raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
+  with open(out) as f:
+    got = json.load(f)
+  if got["digest"] != digest:
+    raise SystemExit(f"the {side} side built a different model/tokenizer ({got['digest']} vs "
+                     f"{digest}): the comparison would not be like for like")
+  name = "botjax" if side == "botjax" else "TRL"
+  return got["results"][name]
+
+
 def _median(steps, key):
   return statistics.median(s[key] for s in steps)
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--iters", type=int, default=5, help="timed iterations per side")
-  parser.add_argument("--warmup", type=int, default=2,
+  parser.add_argument("--iters", type=int, default=8, help="timed iterations per side")
+  parser.add_argument("--warmup", type=int, default=4,
                       help="untimed iterations per side first (botjax compiles here)")
   parser.add_argument("--prompts", type=int, default=16)
   parser.add_argument("--group", type=int, default=8)
@@ -259,6 +301,13 @@ def main() -> None:
                       help="c of the embedding edit that keeps EOS/pad from being sampled "
                            "(0 = unedited random model; completions may then stop early)")
   parser.add_argument("--side", choices=("both", "botjax", "trl"), default="both")
+  parser.add_argument("--tune-allocator", action=argparse.BooleanOptionalAction, default=True,
+                      help="call botjax.models.sharding.tune_host_allocator() first (both sides "
+                           "run with it; --no-tune-allocator measures glibc's defaults)")
+  parser.add_argument("--separate", action=argparse.BooleanOptionalAction, default=True,
+                      help="with --side both, run each side in a fresh process of this script "
+                           "(default; in one process each side slows the other down)")
+  parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
   parser.add_argument("--torch-threads", type=int, default=0,
                       help="torch.set_num_threads for the TRL side (0 = torch's default, one per "
                            "core); 1 makes TRL far less sensitive to other jobs on the machine")
@@ -267,7 +316,8 @@ def main() -> None:
     parser.error("--iters must be >= 1 and --warmup >= 0")
 
   from botjax.models import sharding
-  allocator = sharding.tune_host_allocator()   # before JAX starts its threads; both sides share it
+  # before JAX starts its threads; both sides share it
+  allocator = sharding.tune_host_allocator() if args.tune_allocator else False
 
   import jax
   import torch
@@ -305,24 +355,31 @@ def main() -> None:
   n_steps = args.warmup + args.iters
   with tempfile.TemporaryDirectory(prefix="botjax-rl-bench-") as tmp:
     t0 = time.perf_counter()
-    model_dir, records, tok, n_params, special = build_setup(
+    model_dir, records, tok, n_params, special, digest = build_setup(
         tmp, num_records=max(64, args.prompts * n_steps), seed=args.seed,
         special_logit_gap=args.special_logit_gap)
     print(f"setup: tiny Qwen2 ({n_params / 1e3:.0f}k parameters, vocab {len(tok)}, 3 layers, "
           f"hidden 96, tied embeddings), special ids {special} suppressed with c="
-          f"{args.special_logit_gap}; built in {time.perf_counter() - t0:.1f} s")
+          f"{args.special_logit_gap}; built in {time.perf_counter() - t0:.1f} s; digest {digest}")
     print(f"iteration: {args.prompts} prompts x {args.group} completions, {args.new_tokens} new "
           f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL; "
           f"{args.warmup} warm-up + {args.iters} timed iterations per side")
     results = {}
-    if args.side in ("both", "botjax"):
-      check_busy("before the botjax side")
-      print("botjax RLTrainer:", flush=True)
-      results["botjax"] = bench_botjax(model_dir, records, args, tmp)
-    if args.side in ("both", "trl"):
-      check_busy("before the TRL side")
-      print("TRL GRPOTrainer:", flush=True)
-      results["TRL"] = bench_trl(model_dir, records, args, tmp)
+    separate = args.side == "both" and args.separate
+    for side, name, bench in (("botjax", "botjax", bench_botjax), ("trl", "TRL", bench_trl)):
+      if args.side not in ("both", side):
+        continue
+      check_busy(f"before the {name} side")
+      if separate:
+        print(f"{name} side, in a fresh process:", flush=True)
+        results[name] = _run_side(side, args, tmp, digest)
+      else:
+        print(f"{name} {'RLTrainer' if side == 'botjax' else 'GRPOTrainer'}:", flush=True)
+        results[name] = bench(model_dir, records, args, tmp)
+    if args.json_out:
+      with open(args.json_out, "w") as f:
+        json.dump({"digest": digest, "results": results}, f, default=float)
+      return
 
   check_busy("after both sides")
   busy = any(f > 0.2 for f in busy_fractions)

@@ -1,0 +1,55 @@
+"""benchmarks/rl_step.py as a user runs it: a subprocess on CPU, its per-iteration lines, the table.
+
+The botjax side runs everywhere; the comparison with TRL (each side in a fresh process, the
+same model and tokenizer checked by digest) runs where the `bench` extra is installed.
+"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "rl_step.py")
+
+
+def _run(*args, timeout=600):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)   # one CPU device, as a user runs it (not conftest's 8 fake ones)
+  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                        env=env, timeout=timeout, cwd=ROOT)
+
+
+def _row(stdout, name):
+  m = re.search(rf"^{name}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+"
+                rf"([\d.]+)", stdout, re.M)
+  assert m, stdout
+  return [float(x) for x in m.groups()]
+
+
+def test_botjax_side_runs_and_reports_its_phases():
+  r = _run("--side", "botjax", "--prompts", "4", "--group", "2", "--new-tokens", "16",
+           "--warmup", "1", "--iters", "2")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "host allocator: freed memory kept for reuse" in r.stdout
+  assert "digest" in r.stdout and "botjax per-phase split" in r.stdout
+  assert len(re.findall(r"^  botjax iter \d", r.stdout, re.M)) == 3
+  s_iter, lo, hi, gen, reward, update, mean_len = _row(r.stdout, "botjax")
+  assert 0 < lo <= s_iter <= hi and gen > 0 and update > 0
+  assert gen + reward + update <= s_iter * 1.05
+  assert mean_len > 15          # the embedding edit keeps EOS from ending completions early
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the bench extra (trl)")
+def test_both_sides_in_fresh_processes_print_the_ratio():
+  r = _run("--prompts", "4", "--group", "2", "--new-tokens", "16", "--warmup", "1", "--iters", "2")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stdout.count("in a fresh process") == 2
+  digests = set(re.findall(r"digest ([0-9a-f]{12})", r.stdout))
+  assert len(digests) == 1, digests
+  b, t = _row(r.stdout, "botjax")[0], _row(r.stdout, "TRL")[0]
+  m = re.search(r"ratio TRL / botjax: ([\d.]+)x per iteration \(([\d.]+) s vs ([\d.]+) s\)",
+                r.stdout)
+  assert m and abs(float(m.group(1)) - t / b) < 0.01 * t / b + 0.01, r.stdout
