@@ -290,21 +290,24 @@ class Attention(nnx.Module):
     qh = qh * jnp.asarray(h ** -0.5, qh.dtype)
 
     # Decoding (a few queries per kv head against a long cache): the products as broadcast
-    # multiply + sum, which XLA fuses with the read of the cache slice; as batched GEMMs of
-    # [G·L, H] x [H, S] they cost ~10x more on CPU and copy each layer's cache slice first.
+    # multiply + sum in float32, which XLA fuses with the read of the cache slice; as batched
+    # GEMMs of [G·L, H] x [H, S] they took 2-4x longer on CPU and copied each layer's cache
+    # slice out first.
     few = past is not None and g * l <= 4
+    f32 = jnp.float32
 
     def qk(keys):                                                   # -> f32 [B, K, G·L, S]
       if few:
-        return jnp.sum((qh[:, :, :, None, :] * keys[:, :, None, :, :]).astype(jnp.float32),
+        return jnp.sum(qh.astype(f32)[:, :, :, None, :] * keys.astype(f32)[:, :, None, :, :],
                        axis=-1)
-      return jnp.einsum("BKQH,BKSH->BKQS", qh, keys, preferred_element_type=jnp.float32)
+      return jnp.einsum("BKQH,BKSH->BKQS", qh, keys, preferred_element_type=f32)
 
     def pv(p, vals, slots_last=False):                              # -> [B, K, G·L, H]
       if not slots_last:                                            # vals [B, K, S, H]
         return jnp.einsum("BKQS,BKSH->BKQH", p, vals)
       if few:                                                       # vals [B, K, H, S]
-        return jnp.sum(p[:, :, :, None, :] * vals[:, :, None, :, :], axis=-1)
+        return jnp.sum(p.astype(f32)[:, :, :, None, :] * vals.astype(f32)[:, :, None, :, :],
+                       axis=-1).astype(p.dtype)
       return jnp.einsum("BKQS,BKHS->BKQH", p, vals)
 
     def scores_of(keys, mask):                                      # -> f32 [B, K, G, L, S]

@@ -97,7 +97,9 @@ def tune_host_allocator() -> bool:
   on free, so every execution page-faults its whole working set again: 0.3 s for 433 MB on the
   2-core CI machine, most of that update's time. This sets glibc's malloc to one arena, no
   mmap and no trimming (`mallopt`), so freed buffers stay mapped and the next execution reuses
-  them (update 0.45 -> 0.26 s, measured, 0 page faults instead of 105,800).
+  them (update 0.45 -> 0.26 s, measured, 0 page faults instead of 105,800). The heap settles
+  within a few executions: now and then a freed block has been split by smaller allocations
+  and the heap grows once more, and that execution faults its buffers in as before.
 
   Call it before the first JAX computation: JAX's threads pick their malloc arena when they
   start, and those started earlier keep mmap-ing. Meant for CPU training (the quick-start, the

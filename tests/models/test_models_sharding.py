@@ -127,26 +127,32 @@ applied = sharding.tune_host_allocator() if sys.argv[1] == "tuned" else False
 import jax, jax.numpy as jnp
 f = jax.jit(lambda x, w: jnp.tanh(x @ w).T @ x)      # a [4096, 4096] f32 temporary (64 MB)
 x, w = jnp.ones((4096, 64)), jnp.ones((64, 4096)) * 1e-3
-for _ in range(2):
+faults = []
+for _ in range(12):
+  r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   f(x, w).block_until_ready()
-r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(3):
-  f(x, w).block_until_ready()
-print(applied, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) // 3)
+  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
+print(applied, ",".join(map(str, faults)))
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc tuning")
 def test_tuned_host_allocator_stops_xla_cpu_refaulting_its_buffers():
-  """Without the tuning every execution page-faults its 64 MB temporary again; with it, not."""
+  """Plain glibc page-faults the 64 MB temporary in at every execution; tuned, the heap keeps it.
+
+  The tuned heap settles within a few executions (a freed block can be split by smaller
+  allocations, and the heap then grows once more), so executions are counted, not summed.
+  """
   def faults(mode):
     out = subprocess.run([sys.executable, "-c", _FAULTS_SCRIPT, mode], capture_output=True,
                          text=True, timeout=300, env={**os.environ, "XLA_FLAGS": ""})
     assert out.returncode == 0, out.stderr[-2000:]
-    applied, n = out.stdout.split()[-2:]
-    return applied, int(n)
+    applied, counts = out.stdout.split()[-2:]
+    return applied, [int(c) for c in counts.split(",")]
   applied, tuned = faults("tuned")
   assert applied == "True"
   _, plain = faults("plain")
-  assert plain > 64e6 / 4096 / 2, plain          # about one fault per 4 KiB page of the temporary
-  assert tuned < plain / 10, (tuned, plain)
+  pages = 64e6 / 4096
+  assert all(n > pages / 2 for n in plain[1:]), plain     # every execution faults it in again
+  reused = sum(n < pages / 20 for n in tuned[1:])
+  assert reused >= 5, tuned                               # measured: 8 to 11 of 11 (8 runs)
