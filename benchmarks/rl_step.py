@@ -63,6 +63,12 @@ import time
 from _machine import cpu_model as _cpu_model
 
 
+def _minor_faults() -> int:
+  """Minor page faults of this process so far (first touches of freshly mapped memory)."""
+  import resource
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _loadavg() -> str:
   try:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -165,12 +171,14 @@ def bench_botjax(model_dir, records, args, workdir):
   steps = []
   try:
     for i in range(args.warmup + args.iters):
+      faults = _minor_faults()
       m = trainer.step()
+      m["faults"] = _minor_faults() - faults
       m["tokens"] = m["response_length"] * args.prompts * args.group
       print(f"  botjax iter {i}{' (warm-up)' if i < args.warmup else ''}: {m['step_s']:.3f} s "
             f"(generate {m['generate_s']:.3f}, reward {m['reward_s']:.3f}, "
-            f"advantages+update {m['update_s']:.3f}), mean length {m['response_length']:.1f}",
-            flush=True)
+            f"advantages+update {m['update_s']:.3f}), mean length {m['response_length']:.1f}, "
+            f"{m['faults']:.0f} page faults", flush=True)
       steps.append(m)
   finally:
     trainer.close()
@@ -307,13 +315,17 @@ def main() -> None:
   parser.add_argument("--separate", action=argparse.BooleanOptionalAction, default=True,
                       help="with --side both, run each side in a fresh process of this script "
                            "(default; in one process each side slows the other down)")
+  parser.add_argument("--rounds", type=int, default=1,
+                      help="with separate processes, measure botjax then TRL this many times "
+                           "(the machine's speed drifts over minutes; the table pools the "
+                           "rounds' timed iterations and the ratio of each round is printed)")
   parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
   parser.add_argument("--torch-threads", type=int, default=0,
                       help="torch.set_num_threads for the TRL side (0 = torch's default, one per "
                            "core); 1 makes TRL far less sensitive to other jobs on the machine")
   args = parser.parse_args()
-  if args.iters < 1 or args.warmup < 0:
-    parser.error("--iters must be >= 1 and --warmup >= 0")
+  if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
+    parser.error("--iters and --rounds must be >= 1 and --warmup >= 0")
 
   from botjax.models import sharding
   # before JAX starts its threads; both sides share it
@@ -366,16 +378,29 @@ def main() -> None:
           f"{args.warmup} warm-up + {args.iters} timed iterations per side")
     results = {}
     separate = args.side == "both" and args.separate
-    for side, name, bench in (("botjax", "botjax", bench_botjax), ("trl", "TRL", bench_trl)):
-      if args.side not in ("both", side):
-        continue
-      check_busy(f"before the {name} side")
-      if separate:
-        print(f"{name} side, in a fresh process:", flush=True)
-        results[name] = _run_side(side, args, tmp, digest)
-      else:
-        print(f"{name} {'RLTrainer' if side == 'botjax' else 'GRPOTrainer'}:", flush=True)
-        results[name] = bench(model_dir, records, args, tmp)
+    rounds = args.rounds if separate else 1
+    round_ratios = []
+    for rnd in range(rounds):
+      per_round = {}
+      for side, name, bench in (("botjax", "botjax", bench_botjax), ("trl", "TRL", bench_trl)):
+        if args.side not in ("both", side):
+          continue
+        label = f" (round {rnd + 1} of {rounds})" if rounds > 1 else ""
+        check_busy(f"before the {name} side{label}")
+        if separate:
+          print(f"{name} side{label}, in a fresh process:", flush=True)
+          per_round[name] = _run_side(side, args, tmp, digest)
+        else:
+          print(f"{name} {'RLTrainer' if side == 'botjax' else 'GRPOTrainer'}:", flush=True)
+          per_round[name] = bench(model_dir, records, args, tmp)
+      for name, r in per_round.items():     # the rounds' timed iterations are pooled
+        if name in results:
+          results[name]["timed"] += r["timed"]
+        else:
+          results[name] = r
+      if len(per_round) == 2:
+        round_ratios.append(_median(per_round["TRL"]["timed"], "step_s")
+                            / _median(per_round["botjax"]["timed"], "step_s"))
     if args.json_out:
       with open(args.json_out, "w") as f:
         json.dump({"digest": digest, "results": results}, f, default=float)
@@ -413,6 +438,10 @@ def main() -> None:
     print(f"ratio TRL / botjax: {ratio:.2f}x per iteration ({t:.3f} s vs {b:.3f} s); target >= 2x: "
           f"{'met' if ratio >= 2 else 'NOT met'}"
           + (" (machine busy: not a valid comparison, see the warning above)" if busy else ""))
+    if len(round_ratios) > 1:
+      print(f"ratio per round (botjax first, then TRL, each in a fresh process): "
+            f"{', '.join(f'{x:.2f}x' for x in round_ratios)}; median "
+            f"{statistics.median(round_ratios):.2f}x")
     bmin = min(s["step_s"] for s in results["botjax"]["timed"])
     tmin = min(s["step_s"] for s in results["TRL"]["timed"])
     print(f"ratio of the fastest iterations (less sensitive to other jobs on the machine): "
