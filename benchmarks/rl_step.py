@@ -22,10 +22,9 @@ stops early: mean 63.8 there), and generated tokens per second are printed as we
   python benchmarks/rl_step.py --iters 3 --warmup 1
 
 Each side runs in a fresh process of this script (`--no-separate` runs both in this one). In one
-process each side slowed the other: the TRL side took 0.88-1.06 s per iteration after the botjax
-side against 0.60-0.76 s alone, and the botjax side took 0.65 s after importing torch/TRL
-against 0.50 s without. The processes build the model and tokenizer from the same seed; their
-digests are compared and must match.
+process the TRL side took 0.88-1.06 s per iteration after the botjax side, against 0.72-0.76 s
+in a process of its own (2-core machine, 2026-12-02). The processes build the model and
+tokenizer from the same seed; their digests are compared and must match.
 
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
@@ -271,15 +270,12 @@ def bench_trl(model_dir, records, args, workdir):
 
 # -- report ----------------------------------------------------------------------------------
 
-def _run_side(side: str, args, tmp: str, digest: str) -> dict:
+def _run_side(side: str, tmp: str, digest: str) -> dict:
   """Runs one side in a fresh process of this script; returns its {setup_s, warm, timed}."""
   out = os.path.join(tmp, f"{side}.json")
-  cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--json-out", out,
-         "--iters", str(args.iters), "--warmup", str(args.warmup), "--prompts", str(args.prompts),
-         "--group", str(args.group), "--new-tokens", str(args.new_tokens), "--seed", str(args.seed),
-         "--special-logit-gap", str(args.special_logit_gap),
-         "--torch-threads", str(args.torch_threads),
-         "--tune-allocator" if args.tune_allocator else "--no-tune-allocator"]
+  # this run's own flags, then the side and the result file (argparse: the last value wins)
+  cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--side", side,
+         "--json-out", out]
   proc = subprocess.run(cmd)
   if proc.returncode:
     raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -389,7 +385,7 @@ def main() -> None:
         check_busy(f"before the {name} side{label}")
         if separate:
           print(f"{name} side{label}, in a fresh process:", flush=True)
-          per_round[name] = _run_side(side, args, tmp, digest)
+          per_round[name] = _run_side(side, tmp, digest)
         else:
           print(f"{name} {'RLTrainer' if side == 'botjax' else 'GRPOTrainer'}:", flush=True)
           per_round[name] = bench(model_dir, records, args, tmp)

@@ -170,11 +170,12 @@ class Decoder(nnx.Module):
       else:
         x, (k, v) = layer(x, cos, sin, layer_allowed, (cache.k[i], cache.v[i], layer_past))
       if cache is not None:
-        start = (jnp.asarray(i, jnp.int32), zero, zero, index, zero)
-        k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
-        v_all = jax.lax.dynamic_update_slice(
+        layer_i = jnp.asarray(i, jnp.int32)
+        k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype),
+                                             (layer_i, zero, zero, index, zero))
+        v_all = jax.lax.dynamic_update_slice(        # v slots last: [1, B, K, H, L]
             v_all, v.transpose(0, 1, 3, 2)[None].astype(v_all.dtype),
-            (jnp.asarray(i, jnp.int32), zero, zero, zero, index))
+            (layer_i, zero, zero, zero, index))
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:

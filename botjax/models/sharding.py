@@ -54,8 +54,10 @@ RULES: tuple[tuple[str, Any], ...] = (
 # gradient) on the same threads at once: on 2 cores two concurrent 2 ms GEMMs took 10 ms each.
 # One thread per op plus the memory-optimised schedule (which orders ops for buffer reuse and so
 # runs fewer of them side by side) measured, on the 2-core CI machine with the benchmark model
-# of benchmarks/rl_step.py: RL update 0.40 -> 0.34 s, 64-token sampling of 128 rows
-# 0.38 -> 0.19 s. Hosts with more cores keep XLA's defaults (not measured there).
+# of benchmarks/rl_step.py, in back-to-back runs: RL update 0.40 -> 0.34 s, 64-token sampling
+# of 128 rows 0.38 -> 0.19 s (that machine's speed drifts by 20-40% over minutes; later runs of
+# the same setting sampled in 0.23-0.29 s). Hosts with more cores keep XLA's defaults (not
+# measured there).
 CPU_COMPILER_OPTIONS: dict[str, Any] = {
     "xla_cpu_multi_thread_eigen": False,
     "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
