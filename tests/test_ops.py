@@ -124,3 +124,82 @@ def test_masked_softmax_matches_oracle_and_has_finite_grads(seed, scale):
   g = _softmax_grad(jnp.asarray(logits), mask)
   assert np.all(np.isfinite(np.asarray(g)))
   assert np.all(np.asarray(g)[~mask] == 0.0)
+
+
+# -- reductions kept fused on XLA:CPU ---------------------------------------------------------
+
+def _fused_cases():
+  # (shape, axis): short axes (no folding), exact multiples of 32, ragged lengths (padding),
+  # and a length that needs three folding levels (151936 = Qwen2.5's vocabulary).
+  return [((3, 5), -1), ((2, 32), -1), ((2, 33), 1), ((4, 96), -1), ((2, 313), -1),
+          ((3, 97, 2), 1), ((2, 24, 96), 1), ((1, 151936), -1)]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("shape,axis", _fused_cases())
+def test_fused_reductions_match_numpy(shape, axis, jit):
+  rng = np.random.default_rng(sum(shape))
+  x = rng.normal(size=shape).astype(np.float32)
+  x64 = x.astype(np.float64)
+  wrap = jax.jit if jit else (lambda f, **_: f)
+  got_sum = wrap(ops.fused_sum, static_argnames=("axis",))(x, axis=axis)
+  np.testing.assert_allclose(got_sum, x64.sum(axis), rtol=1e-5, atol=1e-4)
+  np.testing.assert_array_equal(wrap(ops.fused_max, static_argnames=("axis",))(x, axis=axis),
+                                x.max(axis))
+  np.testing.assert_array_equal(wrap(ops.fused_min, static_argnames=("axis",))(x, axis=axis),
+                                x.min(axis))
+  lse = np.log(np.exp(x64 - x64.max(axis, keepdims=True)).sum(axis)) + x64.max(axis)
+  np.testing.assert_allclose(wrap(ops.fused_logsumexp, static_argnames=("axis",))(x, axis=axis),
+                             lse, rtol=1e-6, atol=1e-5)
+  p = np.exp(x64 - np.expand_dims(lse, axis))
+  np.testing.assert_allclose(wrap(ops.fused_softmax, static_argnames=("axis",))(x, axis=axis),
+                             p, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(
+      wrap(ops.fused_log_softmax, static_argnames=("axis",))(x, axis=axis),
+      x64 - np.expand_dims(lse, axis), rtol=1e-5, atol=1e-5)
+  kept = ops.fused_sum(x, axis, keepdims=True)
+  assert kept.shape == np.expand_dims(x64.sum(axis), axis).shape
+
+
+def test_fused_reductions_integers_infinities_and_gradients():
+  ids = np.array([[5, 1, 7] * 40, [2] * 120], np.int32)          # 120 > 32: folded, padded
+  np.testing.assert_array_equal(ops.fused_min(ids), [1, 2])
+  np.testing.assert_array_equal(ops.fused_max(ids), [7, 2])
+  np.testing.assert_array_equal(ops.fused_sum(ids), ids.sum(-1))
+  z = np.full((2, 100), -np.inf, np.float32)
+  z[1, 37] = 3.0
+  lse = np.asarray(ops.fused_logsumexp(z))
+  assert lse[0] == -np.inf and lse[1] == pytest.approx(3.0)       # as jax.nn.logsumexp
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 100)).astype(np.float32))
+  w = jnp.arange(100, dtype=jnp.float32)
+  for fused, ref in ((ops.fused_logsumexp, lambda a: jax.nn.logsumexp(a, axis=-1)),
+                     (lambda a: ops.fused_softmax(a) @ w, lambda a: jax.nn.softmax(a) @ w),
+                     (lambda a: ops.fused_sum(a * a), lambda a: jnp.sum(a * a, -1))):
+    g = jax.grad(lambda a: jnp.sum(fused(a)))(x)
+    g_ref = jax.grad(lambda a: jnp.sum(ref(a)))(x)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_sum_compiles_without_a_materialised_reduce_window():
+  # The reason these exist: with YNNPACK's reductions off (the sampler's decode programs),
+  # XLA:CPU splits a long reduction into a reduce-window that writes its operand to memory.
+  if jax.default_backend() != "cpu":
+    pytest.skip("XLA:CPU only")
+  opts = {"xla_cpu_experimental_ynn_fusion_type": ""}
+  p = jnp.ones((16, 2, 2, 1, 96))
+  v = jnp.ones((16, 2, 1, 24, 96))
+  plain = jax.jit(lambda p, v: jnp.sum(p * v, -1), compiler_options=opts)
+  fused = jax.jit(lambda p, v: ops.fused_sum(p * v), compiler_options=opts)
+  assert "reduce-window(" in plain.lower(p, v).compile().as_text()
+  assert "reduce-window(" not in fused.lower(p, v).compile().as_text()
+  np.testing.assert_allclose(fused(p, v), plain(p, v))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**31 - 1))
+def test_fused_sum_and_max_any_length(n, seed):
+  x = np.random.default_rng(seed).normal(size=(2, n)).astype(np.float32)
+  np.testing.assert_allclose(ops.fused_sum(x), x.astype(np.float64).sum(-1), rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_array_equal(ops.fused_max(x), x.max(-1))
+  np.testing.assert_array_equal(ops.fused_min(x, axis=1, keepdims=True), x.min(1, keepdims=True))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from botjax import ops
 from botjax.models.config import DecoderConfig
 from botjax.models.sharding import constrain
 
@@ -63,7 +64,7 @@ class RMSNorm(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x32 = x.astype(jnp.float32)
-    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    var = ops.fused_sum(jnp.square(x32), keepdims=True) / x.shape[-1]
     y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
     scale = self.scale[...].astype(x.dtype)
     return scale.reshape((1,) * (x.ndim - 1) + scale.shape) * y
@@ -182,13 +183,26 @@ def _attend_fwd(qh, k, v, bias):
 def _attend_bwd(res, d_out):
   qh, k, v, probs, out = res
   dt = qh.dtype
-  d_v = jnp.einsum("BKQS,BKQH->BKSH", probs.astype(dt), d_out)
+  # dV = Pᵀ dO and dK = dSᵀ q contract over the queries, the major axis of P and dS. Given
+  # as such, XLA:CPU runs them as transposed-operand Eigen products (4.4 ms each in the
+  # benchmark's update, measured); as (dOᵀ P)ᵀ and (qᵀ dS)ᵀ they are canonical GEMMs that
+  # YNNPACK runs, and only the small [B, K, Q, H] operands are transposed (update 0.205 ->
+  # 0.197 s, A/B in one process). The barrier keeps XLA from folding those transposes back.
+  if jax.default_backend() == "cpu":
+    d_out_t, qh_t = jax.lax.optimization_barrier((jnp.swapaxes(d_out, 2, 3),
+                                                   jnp.swapaxes(qh, 2, 3)))
+    d_v = jnp.swapaxes(jnp.einsum("BKHQ,BKQS->BKHS", d_out_t, probs.astype(dt)), 2, 3)
+  else:
+    d_v = jnp.einsum("BKQS,BKQH->BKSH", probs.astype(dt), d_out)
   d_probs = jnp.einsum("BKQH,BKSH->BKQS", d_out, v, preferred_element_type=jnp.float32)
   # Σ_s P ⊙ dP = Σ_h O ⊙ dO: the softmax backward without a second pass over the scores.
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
   d_scores = (probs * (d_probs - delta)).astype(dt)
   d_q = jnp.einsum("BKQS,BKSH->BKQH", d_scores, k)
-  d_k = jnp.einsum("BKQS,BKQH->BKSH", d_scores, qh)
+  if jax.default_backend() == "cpu":
+    d_k = jnp.swapaxes(jnp.einsum("BKHQ,BKQS->BKHS", qh_t, d_scores), 2, 3)
+  else:
+    d_k = jnp.einsum("BKQS,BKQH->BKSH", d_scores, qh)
   return d_q, d_k, d_v, None
 
 
@@ -268,7 +282,7 @@ class Attention(nnx.Module):
       x: [B, L, D] normed input.
       cos, sin: [B, L, R/2], or None for a NoPE layer.
       allowed: bool [B, L, L], which new tokens each query may see.
-      past: (k_cache [B, K, S, H], v_cache [B, K, H, S], allowed_past bool [B, L, S]) or None.
+      past: (k_cache [B, K, H, S], v_cache [B, K, H, S], allowed_past bool [B, L, S]) or None.
 
     Returns:
       ([B, L, D] output, (k [B, K, L, H], v [B, K, L, H]) of the new tokens, RoPE applied).
@@ -296,36 +310,45 @@ class Attention(nnx.Module):
     few = past is not None and g * l <= 4
     f32 = jnp.float32
 
-    def qk(keys):                                                   # -> f32 [B, K, G·L, S]
-      if few:
-        return jnp.sum(qh.astype(f32)[:, :, :, None, :] * keys.astype(f32)[:, :, None, :, :],
-                       axis=-1)
+    def qk(keys, slots_last):                                       # -> f32 [B, K, G·L, S]
+      if few and slots_last:   # keys [B, K, H, S]: reduce over H, vectorised along the slots
+        return ops.fused_sum(qh.astype(f32)[:, :, :, :, None] * keys.astype(f32)[:, :, None],
+                             axis=3)
+      if slots_last:
+        return jnp.einsum("BKQH,BKHS->BKQS", qh, keys, preferred_element_type=f32)
       return jnp.einsum("BKQH,BKSH->BKQS", qh, keys, preferred_element_type=f32)
 
-    def pv(p, vals, slots_last=False):                              # -> [B, K, G·L, H]
-      if not slots_last:                                            # vals [B, K, S, H]
-        return jnp.einsum("BKQS,BKSH->BKQH", p, vals)
-      if few:                                                       # vals [B, K, H, S]
-        return jnp.sum(p.astype(f32)[:, :, :, None, :] * vals.astype(f32)[:, :, None, :, :],
-                       axis=-1).astype(p.dtype)
-      return jnp.einsum("BKQS,BKHS->BKQH", p, vals)
-
-    def scores_of(keys, mask):                                      # -> f32 [B, K, G, L, S]
-      sc = qk(keys).reshape(b, kh, g, l, keys.shape[2])
+    def scores_of(keys, mask, slots_last=False):                    # -> f32 [B, K, G, L, S]
+      sc = qk(keys, slots_last).reshape(b, kh, g, l, mask.shape[-1])
       return jnp.where(mask[:, None, None, :, :], sc, _MASK_VALUE)
 
     if past is None:   # training, scoring and prefill: one softmax over the new tokens
       bias = jnp.where(allowed, 0.0, _MASK_VALUE).astype(jnp.float32)
       out = attend(qh, k, v, bias)
     else:
+      # One softmax over the cached slots and the new tokens, without joining their scores:
+      # out = (Σ_s e_s v_s + Σ_l e_l v_l) / (Σ_s e_s + Σ_l e_l), e = exp(score − max).
       k_past, v_past, allowed_past = past
-      scores = jnp.concatenate([scores_of(k_past.astype(self.dtype), allowed_past),
-                                scores_of(k, allowed)], axis=-1)
-      probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-      probs = probs.reshape(b, kh, g * l, probs.shape[-1])
-      s = k_past.shape[2]
-      out = (pv(probs[..., :s], v_past.astype(self.dtype), slots_last=True)
-             + pv(probs[..., s:], v))
+      sc_past = scores_of(k_past.astype(self.dtype), allowed_past, slots_last=True)
+      sc_new = scores_of(k, allowed)
+      top = jax.lax.stop_gradient(jnp.maximum(ops.fused_max(sc_past, keepdims=True),
+                                              ops.fused_max(sc_new, keepdims=True)))
+      e_past = jnp.exp(sc_past - top).reshape(b, kh, g * l, -1)
+      e_new = jnp.exp(sc_new - top).reshape(b, kh, g * l, l)
+      denom = (ops.fused_sum(e_past, keepdims=True)
+               + ops.fused_sum(e_new, keepdims=True))                # f32 [B, K, G·L, 1]
+      vals = v_past.astype(self.dtype)                              # [B, K, H, S]
+      if few:   # Σ_s e_s v_s as a fused f32 multiply + sum over the slots (minor axis)
+        acc = ops.fused_sum(e_past[:, :, :, None, :] * vals.astype(f32)[:, :, None, :, :])
+      else:
+        acc = jnp.einsum("BKQS,BKHS->BKQH", e_past.astype(self.dtype), vals,
+                         preferred_element_type=f32)
+      if few:
+        acc = acc + jnp.sum(e_new[:, :, :, :, None] * v.astype(f32)[:, :, None, :, :], axis=3)
+      else:
+        acc = acc + jnp.einsum("BKQS,BKSH->BKQH", e_new.astype(self.dtype), v,
+                               preferred_element_type=f32)
+      out = (acc / denom).astype(self.dtype)
     out = out.reshape(b, kh, g, l, h).transpose(0, 3, 1, 2, 4).reshape(b, l, n * h)
     o_kernel = self.o_kernel[...].astype(self.dtype)
     y = dense(out, o_kernel.reshape(n * h, -1))

@@ -119,16 +119,14 @@ def _repeat_cache(cache: KVCache, n: int) -> KVCache:
 
 def _extend_cache(cache: KVCache, extra: int) -> KVCache:
   """Appends `extra` empty (invalid) slots to every row of a cache."""
-  k_slots = ((0, 0), (0, 0), (0, 0), (0, extra), (0, 0))     # k [layers, B, K, S, H]
-  v_slots = ((0, 0), (0, 0), (0, 0), (0, 0), (0, extra))     # v [layers, B, K, H, S]
-  return KVCache(k=jnp.pad(cache.k, k_slots), v=jnp.pad(cache.v, v_slots),
+  slots = ((0, 0), (0, 0), (0, 0), (0, 0), (0, extra))       # k, v [layers, B, K, H, S]
+  return KVCache(k=jnp.pad(cache.k, slots), v=jnp.pad(cache.v, slots),
                  valid=jnp.pad(cache.valid, ((0, 0), (0, extra))))
 
 
 def _constrain_cache(cache: KVCache) -> KVCache:
-  k_axes = ("layers", "batch", "act_kv_heads", "cache_length", "head_dim")
-  v_axes = ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
-  return KVCache(k=constrain(cache.k, k_axes), v=constrain(cache.v, v_axes),
+  axes = ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
+  return KVCache(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
                  valid=constrain(cache.valid, ("batch", "cache_length")))
 
 

@@ -81,9 +81,9 @@ def test_cached_prefill_and_decode_equal_full_forward(model, batch, window):
                              cache=bm.KVCache.init(CFG, batch_size=3, max_len=16), cache_index=0)
   m6 = np.asarray(mask[:, :6])  # padded queries see no key: their outputs are arbitrary
   np.testing.assert_allclose(np.asarray(fresh)[m6], np.asarray(first)[m6], atol=1e-5)
-  # cache k: [layers, B, K, S, H]; compare the slots of real prompt tokens
-  k_fresh = np.asarray(fresh_cache.k)[:, :, :, :6].transpose(0, 1, 3, 2, 4)
-  k_cached = np.asarray(cache.k)[:, :, :, :6].transpose(0, 1, 3, 2, 4)
+  # cache k: [layers, B, K, H, S]; compare the slots of real prompt tokens
+  k_fresh = np.asarray(fresh_cache.k)[..., :6].transpose(0, 1, 4, 2, 3)
+  k_cached = np.asarray(cache.k)[..., :6].transpose(0, 1, 4, 2, 3)
   np.testing.assert_allclose(k_fresh[:, m6], k_cached[:, m6], atol=1e-5)
   steps = [first]
   for t in range(6, 10):  # one token at a time, as the sampler decodes
