@@ -26,6 +26,13 @@ process the TRL side took 0.88-1.06 s per iteration after the botjax side, again
 in a process of its own (2-core machine, 2026-12-02). The processes build the model and
 tokenizer from the same seed; their digests are compared and must match.
 
+The two processes run in lockstep (default): this script lets them do one iteration at a time,
+alternately (botjax then TRL, then TRL then botjax, ...), over pipes, so they never run at once
+and both meet the same machine. This VM's speed drifts by 20-40% within minutes (a 1024^3
+numpy matmul took 9.1-12.7 ms in the same quarter hour), which made back-to-back runs of the
+two sides (`--no-lockstep`) disagree by more than the effects being measured. The report adds
+the median of the paired ratios (iteration i of TRL over iteration i of botjax).
+
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
 completion length of each side and the per-phase split (generate / reward / rest) of each side.
@@ -88,6 +95,30 @@ def _cpu_busy(seconds: float = 1.0) -> float | None:
   except (OSError, ValueError, IndexError):
     return None
   return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
+# -- lockstep: the parent lets the two sides run one iteration at a time, alternately ----------
+
+class _Control:
+  """The child's end of the lockstep pipes (`--control-fds R,W`); a no-op without them."""
+
+  def __init__(self, fds: str):
+    self.r, self.w = (int(x) for x in fds.split(",")) if fds else (None, None)
+    self.ready_sent = False
+
+  def wait(self) -> None:
+    """Tells the parent this side is set up (first call), then blocks until it says go."""
+    if self.r is None:
+      return
+    if not self.ready_sent:
+      os.write(self.w, b"r")
+      self.ready_sent = True
+    if os.read(self.r, 1) != b"g":
+      raise SystemExit("the benchmark's parent process went away")
+
+  def done(self) -> None:
+    if self.w is not None:
+      os.write(self.w, b"d")
 
 
 # -- the shared setup ------------------------------------------------------------------------
@@ -168,11 +199,14 @@ def bench_botjax(model_dir, records, args, workdir):
                       reward_fn=reward_fn)
   setup_s = time.perf_counter() - t0
   steps = []
+  control = _Control(args.control_fds)
   try:
     for i in range(args.warmup + args.iters):
+      control.wait()
       faults = _minor_faults()
       m = trainer.step()
       m["faults"] = _minor_faults() - faults
+      control.done()
       m["tokens"] = m["response_length"] * args.prompts * args.group
       print(f"  botjax iter {i}{' (warm-up)' if i < args.warmup else ''}: {m['step_s']:.3f} s "
             f"(generate {m['generate_s']:.3f}, reward {m['reward_s']:.3f}, "
@@ -214,16 +248,20 @@ def bench_trl(model_dir, records, args, workdir):
       logging_steps=1, report_to=[], save_strategy="no", shuffle_dataset=False,
       seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, log_completions=False)
 
+  lockstep = _Control(args.control_fds)
+
   class Timer(transformers.TrainerCallback):
     def __init__(self):
       self.steps: list[float] = []
       self._t = 0.0
 
     def on_step_begin(self, a, state, control, **kw):
+      lockstep.wait()
       self._t = time.perf_counter()
 
     def on_step_end(self, a, state, control, **kw):
       self.steps.append(time.perf_counter() - self._t)
+      lockstep.done()
 
   timer = Timer()
   tok = transformers.AutoTokenizer.from_pretrained(model_dir)
@@ -288,6 +326,56 @@ def _run_side(side: str, tmp: str, digest: str) -> dict:
   return got["results"][name]
 
 
+def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
+  """Runs both sides in fresh processes, one iteration at a time, alternately.
+
+  Each side waits for a go before every iteration and reports when it is done, so the two
+  never run at once and the machine's slow drifts (20-40% over minutes here) reach both sides
+  alike; which side goes first alternates from one iteration to the next.
+  """
+  procs = {}
+  try:
+    for side in ("botjax", "trl"):
+      go_r, go_w = os.pipe()
+      done_r, done_w = os.pipe()
+      out = os.path.join(tmp, f"{side}.json")
+      cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--side", side,
+             "--json-out", out, "--control-fds", f"{go_r},{done_w}"]
+      proc = subprocess.Popen(cmd, pass_fds=(go_r, done_w))
+      os.close(go_r)
+      os.close(done_w)
+      procs[side] = (proc, go_w, done_r, out, cmd)
+
+    def expect(side: str, what: bytes) -> None:
+      proc, _, done_r, _, cmd = procs[side]
+      if os.read(done_r, 1) != what:
+        raise SystemExit(f"the {side} side failed (exit {proc.wait()}): {' '.join(cmd)}")
+
+    for side in procs:
+      expect(side, b"r")                        # both set up before the first iteration
+    for i in range(n_steps):
+      for side in (("botjax", "trl") if i % 2 == 0 else ("trl", "botjax")):
+        os.write(procs[side][1], b"g")
+        expect(side, b"d")
+    results = {}
+    for side, (proc, go_w, done_r, out, cmd) in procs.items():
+      os.close(go_w)
+      if proc.wait():
+        raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
+      with open(out) as f:
+        got = json.load(f)
+      if got["digest"] != digest:
+        raise SystemExit(f"the {side} side built a different model/tokenizer ({got['digest']} "
+                         f"vs {digest}): the comparison would not be like for like")
+      name = "botjax" if side == "botjax" else "TRL"
+      results[name] = got["results"][name]
+    return results
+  finally:
+    for proc, *_ in procs.values():
+      if proc.poll() is None:
+        proc.kill()
+
+
 def _median(steps, key):
   return statistics.median(s[key] for s in steps)
 
@@ -315,7 +403,12 @@ def main() -> None:
                       help="with separate processes, measure botjax then TRL this many times "
                            "(the machine's speed drifts over minutes; the table pools the "
                            "rounds' timed iterations and the ratio of each round is printed)")
+  parser.add_argument("--lockstep", action=argparse.BooleanOptionalAction, default=True,
+                      help="with separate processes, run the two sides one iteration at a time, "
+                           "alternately (default), so drifts of the machine's speed reach both "
+                           "alike; --no-lockstep runs all of botjax, then all of TRL")
   parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
+  parser.add_argument("--control-fds", default="", help=argparse.SUPPRESS)
   parser.add_argument("--torch-threads", type=int, default=0,
                       help="torch.set_num_threads for the TRL side (0 = torch's default, one per "
                            "core); 1 makes TRL far less sensitive to other jobs on the machine")
@@ -378,10 +471,15 @@ def main() -> None:
     round_ratios = []
     for rnd in range(rounds):
       per_round = {}
+      label = f" (round {rnd + 1} of {rounds})" if rounds > 1 else ""
+      if separate and args.lockstep:
+        check_busy(f"before both sides{label}")
+        print(f"both sides{label}, each in a fresh process, one iteration at a time, "
+              f"alternately:", flush=True)
+        per_round = _run_lockstep(tmp, digest, n_steps)
       for side, name, bench in (("botjax", "botjax", bench_botjax), ("trl", "TRL", bench_trl)):
-        if args.side not in ("both", side):
+        if args.side not in ("both", side) or (separate and args.lockstep):
           continue
-        label = f" (round {rnd + 1} of {rounds})" if rounds > 1 else ""
         check_busy(f"before the {name} side{label}")
         if separate:
           print(f"{name} side{label}, in a fresh process:", flush=True)
@@ -435,9 +533,14 @@ def main() -> None:
           f"{'met' if ratio >= 2 else 'NOT met'}"
           + (" (machine busy: not a valid comparison, see the warning above)" if busy else ""))
     if len(round_ratios) > 1:
-      print(f"ratio per round (botjax first, then TRL, each in a fresh process): "
+      print(f"ratio per round{' (lockstep)' if args.lockstep else ' (botjax first, then TRL, each in a fresh process)'}: "
             f"{', '.join(f'{x:.2f}x' for x in round_ratios)}; median "
             f"{statistics.median(round_ratios):.2f}x")
+    pairs = [t_["step_s"] / b_["step_s"]
+             for b_, t_ in zip(results["botjax"]["timed"], results["TRL"]["timed"])]
+    print(f"median of the paired ratios (iteration i of TRL / iteration i of botjax"
+          f"{', run back to back' if args.lockstep else ''}): {statistics.median(pairs):.2f}x "
+          f"over {len(pairs)} pairs (range {min(pairs):.2f}-{max(pairs):.2f}x)")
     bmin = min(s["step_s"] for s in results["botjax"]["timed"])
     tmin = min(s["step_s"] for s in results["TRL"]["timed"])
     print(f"ratio of the fastest iterations (less sensitive to other jobs on the machine): "

@@ -306,7 +306,10 @@ class Attention(nnx.Module):
     # Decoding (a few queries per kv head against a long cache): the products as broadcast
     # multiply + sum in float32, which XLA fuses with the read of the cache slice; as batched
     # GEMMs of [G·L, H] x [H, S] they took 2-4x longer on CPU and copied each layer's cache
-    # slice out first.
+    # slice out first. The cache holds k and v slots-last ([B, K, H, S]), so q·k reduces over
+    # H along vectorised slots, and p·v over the slots; the sums are `ops.fused_sum`, which
+    # keeps XLA:CPU from materialising the products (64-token sampling 0.25 -> 0.12 s with
+    # both, measured in one process).
     few = past is not None and g * l <= 4
     f32 = jnp.float32
 

@@ -1,7 +1,8 @@
 """benchmarks/rl_step.py as a user runs it: a subprocess on CPU, its per-iteration lines, the table.
 
-The botjax side runs everywhere; the comparison with TRL (each side in a fresh process, the
-same model and tokenizer checked by digest) runs where the `bench` extra is installed.
+The botjax side runs everywhere; the comparison with TRL (each side in a fresh process, the two
+in lockstep, the same model and tokenizer checked by digest) runs where the `bench` extra is
+installed.
 """
 import importlib.util
 import os
@@ -46,7 +47,10 @@ def test_botjax_side_runs_and_reports_its_phases():
 def test_both_sides_in_fresh_processes_print_the_ratio():
   r = _run("--prompts", "4", "--group", "2", "--new-tokens", "16", "--warmup", "1", "--iters", "2")
   assert r.returncode == 0, r.stderr[-3000:]
-  assert r.stdout.count("in a fresh process") == 2
+  # default: each side in a fresh process, the two in lockstep (one iteration at a time)
+  assert "each in a fresh process, one iteration at a time, alternately" in r.stdout
+  pairs = re.search(r"median of the paired ratios .*: ([\d.]+)x over (\d+) pairs", r.stdout)
+  assert pairs and int(pairs.group(2)) == 2 and float(pairs.group(1)) > 0, r.stdout
   digests = set(re.findall(r"digest ([0-9a-f]{12})", r.stdout))
   assert len(digests) == 1, digests
   b, t = _row(r.stdout, "botjax")[0], _row(r.stdout, "TRL")[0]

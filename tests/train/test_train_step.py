@@ -167,3 +167,45 @@ def test_evaluate_reports_pass_at_k_and_majority(tmp_path):
   assert out["accuracy"] == 0.5 and out["pass@1"] == 0.5
   assert out["pass@4"] == 1.0 and 0.5 < out["pass@2"] < 1.0
   assert out["maj@4"] == 1 / 3      # the constant answer matches only the first problem
+
+
+def test_trimming_padding_columns_keeps_every_completion_logprob(model):
+  # The loop drops all-padding columns (leading prompt, trailing completion) before the update;
+  # the completions' log-probs must not change.
+  from botjax.train.loop import Rollouts, _trim_columns
+  rng = np.random.default_rng(3)
+  v = model.config.vocab_size
+  lp, t = 16, 24
+  plen = np.array([5, 3, 1, 4])
+  clen = np.array([7, 10, 0, 2])
+  n = len(plen)
+  prompt_ids = np.zeros((n, lp), np.int32)
+  prompt_mask = np.zeros((n, lp), bool)
+  tokens = np.zeros((n, t), np.int32)
+  mask = np.zeros((n, t), bool)
+  for b in range(n):
+    prompt_ids[b, lp - plen[b]:] = rng.integers(3, v, plen[b])
+    prompt_mask[b, lp - plen[b]:] = True
+    tokens[b, :clen[b]] = rng.integers(3, v, clen[b])
+    mask[b, :clen[b]] = True
+  z = np.zeros((n, t), np.float32)
+  roll = Rollouts(prompt_ids=prompt_ids, prompt_mask=prompt_mask, tokens=tokens, mask=mask,
+                  logp=z, lengths=clen, finish=np.zeros(n, np.int32), rewards=np.zeros(n),
+                  local=z, verifier=None, step_rewards=None, step_mask=None, token_step=None,
+                  group_ids=np.zeros(n, np.int32), results=[], completions=[])
+  cut = _trim_columns(roll, 8, 4)
+  assert cut.prompt_ids.shape == (n, 8) and cut.tokens.shape == (n, 16)   # 5 -> 8, 10 -> 16
+  assert _trim_columns(roll, 8, 16).prompt_ids.shape == (n, 16)          # never widened
+  graphdef, params, rest = step_lib.split_model(model)
+
+  def logp_of(r):
+    ids = np.concatenate([r.prompt_ids, r.tokens], 1)
+    attn = np.concatenate([r.prompt_mask, r.mask], 1)
+    pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
+    out, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn,
+                                          completion_len=r.tokens.shape[1])
+    return np.asarray(out)
+
+  full, trimmed = logp_of(roll), logp_of(cut)
+  np.testing.assert_allclose(trimmed[cut.mask], full[:, :16][cut.mask], atol=2e-6)
+  assert cut.mask.sum() == mask.sum()
