@@ -169,7 +169,7 @@ def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.
   return fn
 
 
-def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 120,
+def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 200,
                       overrides: Sequence[str] = ()) -> config_lib.TrainConfig:
   """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe).
 
