@@ -33,6 +33,11 @@ numpy matmul took 9.1-12.7 ms in the same quarter hour), which made back-to-back
 two sides (`--no-lockstep`) disagree by more than the effects being measured. The report adds
 the median of the paired ratios (iteration i of TRL over iteration i of botjax).
 
+Same work on both sides: TRL's `GRPOConfig` turns gradient checkpointing on by default (the
+backward recomputes the forward), botjax's trainer keeps activations, so the TRL side runs with
+it off (`--trl-gradient-checkpointing` restores TRL's default: TRL 0.564 s per iteration with
+it, 0.468-0.492 s without, on 2026-12-02).
+
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
 completion length of each side and the per-phase split (generate / reward / rest) of each side.
@@ -246,7 +251,8 @@ def bench_trl(model_dir, records, args, workdir):
       learning_rate=1e-6, lr_scheduler_type="constant", warmup_steps=0, beta=0.0,
       num_iterations=1, max_steps=n_steps, use_cpu=True, bf16=False, fp16=False,
       logging_steps=1, report_to=[], save_strategy="no", shuffle_dataset=False,
-      seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, log_completions=False)
+      seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
+      gradient_checkpointing=args.trl_gradient_checkpointing)
 
   lockstep = _Control(args.control_fds)
 
@@ -407,6 +413,11 @@ def main() -> None:
                       help="with separate processes, run the two sides one iteration at a time, "
                            "alternately (default), so drifts of the machine's speed reach both "
                            "alike; --no-lockstep runs all of botjax, then all of TRL")
+  parser.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction,
+                      default=False,
+                      help="TRL's GRPOConfig turns gradient checkpointing on by default, which "
+                           "recomputes the forward pass in the backward; botjax's trainer does "
+                           "not (TrainConfig remat off), so for the same work it is off here")
   parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
   parser.add_argument("--control-fds", default="", help=argparse.SUPPRESS)
   parser.add_argument("--torch-threads", type=int, default=0,
@@ -463,7 +474,8 @@ def main() -> None:
           f"hidden 96, tied embeddings), special ids {special} suppressed with c="
           f"{args.special_logit_gap}; built in {time.perf_counter() - t0:.1f} s; digest {digest}")
     print(f"iteration: {args.prompts} prompts x {args.group} completions, {args.new_tokens} new "
-          f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL; "
+          f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL, TRL gradient "
+          f"checkpointing {'on' if args.trl_gradient_checkpointing else 'off'}; "
           f"{args.warmup} warm-up + {args.iters} timed iterations per side")
     results = {}
     separate = args.side == "both" and args.separate
