@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx, struct
 
 from botjax.models.config import DecoderConfig
-from botjax.models.layers import Block, RMSNorm, _param, rope_cos_sin
+from botjax.models.layers import Block, CachedLayer, RMSNorm, _param, rope_cos_sin
 from botjax.models.sharding import constrain
 
 
@@ -135,10 +135,10 @@ class Decoder(nnx.Module):
     cos, sin = rope_cos_sin(cfg, positions)
     causal = jnp.tril(jnp.ones((l, l), bool))
     allowed = causal[None, :, :] & attention_mask[:, None, :]        # [B, L, L]
-    allowed_past = None
     offsets = jnp.arange(l, dtype=jnp.int32)
     # query l minus key j, in sequence indices (cache slots when cached): for sliding windows
     distance = offsets[:, None] - offsets[None, :]                     # [L, L]
+    fresh = False
     if cache is not None:
       if cache_index is None:
         raise ValueError("a cached forward needs cache_index (slot of the first new token)")
@@ -148,38 +148,44 @@ class Decoder(nnx.Module):
       # A static 0 (a Python int) is a prefill into an empty prefix: skip the cached scores.
       fresh = isinstance(cache_index, (int, np.integer)) and int(cache_index) == 0
       index = jnp.asarray(cache_index, jnp.int32)
-      # The new tokens' own slots are covered by `allowed`; earlier slots by `allowed_past`.
-      slots = jnp.arange(cache.max_len, dtype=jnp.int32)
-      allowed_past = (cache.valid & (slots[None, :] < index))[:, None, :]   # [B, 1, S]
-      allowed_past = jnp.broadcast_to(allowed_past, (b, l, cache.max_len))
-      past_distance = (index + offsets)[:, None] - slots[None, :]      # [L, S]
-      k_all, v_all = cache.k, cache.v
       zero = jnp.zeros((), jnp.int32)
+      k_all, v_all = cache.k, cache.v
+      valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (zero, index))
+      if not fresh:
+        # Each layer writes its new slots first and then reads the earlier slots back from the
+        # updated cache. Reading them from the cache passed in while writing the new slots made
+        # XLA copy the whole cache twice per decode step (nothing ordered those reads before
+        # the writes, so they could not share its buffer).
+        slots = jnp.arange(cache.max_len, dtype=jnp.int32)
+        cache_distance = (index + offsets)[:, None] - slots[None, :]  # [L, S]
+        allowed_cache = jnp.broadcast_to(                            # earlier valid slots
+            (valid & (slots[None, :] < index))[:, None, :], (b, l, cache.max_len))
     for i, layer in enumerate(self.layers):
       window = cfg.window(i)
-      layer_allowed, layer_past = allowed, allowed_past
+      layer_allowed = allowed
       if window is not None:
         layer_allowed = allowed & (distance < window)[None]
-        if cache is not None:
-          layer_past = allowed_past & (past_distance < window)[None]
       if cache is None:
         block = _remat_block if self.remat else _block
         x, (k, v) = block(layer, x, cos, sin, layer_allowed)
-      elif fresh:  # slot 0 onward: no earlier slot exists, so the cache is not read
-        x, (k, v) = layer(x, cos, sin, layer_allowed)
-      else:
-        x, (k, v) = layer(x, cos, sin, layer_allowed, (cache.k[i], cache.v[i], layer_past))
-      if cache is not None:
-        layer_i = jnp.asarray(i, jnp.int32)
-        start = (layer_i, zero, zero, zero, index)     # slots last: [1, B, K, H, L]
-        k_all = jax.lax.dynamic_update_slice(
-            k_all, k.transpose(0, 1, 3, 2)[None].astype(k_all.dtype), start)
-        v_all = jax.lax.dynamic_update_slice(
-            v_all, v.transpose(0, 1, 3, 2)[None].astype(v_all.dtype), start)
+        continue
+      if not fresh:
+        layer_cache = allowed_cache
+        if window is not None:
+          layer_cache = allowed_cache & (cache_distance < window)[None]
+        x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
+                                  CachedLayer(k_all, v_all, i, index, layer_cache))
+        continue
+      # slot 0 onward: no earlier slot exists, so the cache is not read
+      x, (k, v) = layer(x, cos, sin, layer_allowed)
+      start = (jnp.asarray(i, jnp.int32), zero, zero, zero, index)   # slots last: [1, B, K, H, L]
+      k_all = jax.lax.dynamic_update_slice(
+          k_all, k.transpose(0, 1, 3, 2)[None].astype(k_all.dtype), start)
+      v_all = jax.lax.dynamic_update_slice(
+          v_all, v.transpose(0, 1, 3, 2)[None].astype(v_all.dtype), start)
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:
-      valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (zero, index))
       new_cache = KVCache(k=k_all, v=v_all, valid=valid)
     if return_hidden:
       return hidden, new_cache

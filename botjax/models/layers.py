@@ -11,6 +11,7 @@ H head dim, R rotary dims, F MLP width.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -237,6 +238,24 @@ def attend(qh: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Ar
 attend.defvjp(_attend_fwd, _attend_bwd)
 
 
+class CachedLayer(NamedTuple):
+  """One layer's view of a decoder's KV cache during a cached forward pass.
+
+  Attributes:
+    k: [num_layers, B, K, H, S] keys of every layer (slots last), as `KVCache.k`.
+    v: [num_layers, B, K, H, S] values of every layer, as `KVCache.v`.
+    layer: this layer's index into k and v (a Python int).
+    index: int32 scalar, the slot of the first new token.
+    allowed: bool [B, L, S], which earlier slots (before `index`) each new query may see;
+      the new tokens see each other through the layer's own `allowed` [B, L, L].
+  """
+  k: jax.Array
+  v: jax.Array
+  layer: int
+  index: jax.Array
+  allowed: jax.Array
+
+
 class Attention(nnx.Module):
   """Grouped-query causal self-attention, with an optional KV cache of S slots.
 
@@ -271,21 +290,22 @@ class Attention(nnx.Module):
     return y
 
   def __call__(self, x: jax.Array, cos: jax.Array | None, sin: jax.Array | None,
-               allowed: jax.Array, past: tuple[jax.Array, jax.Array, jax.Array] | None = None
+               allowed: jax.Array, cached: CachedLayer | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """Attention over the L new tokens and, with a cache, the S cached slots.
+    """Attention over the L new tokens, or, with a cache, over the cache's S slots.
 
-    Cached keys are read in place (never copied with the new ones spliced in): the scores of
-    the cached slots and of the new tokens are joined before one softmax.
+    With a cache, the new keys/values are written to their slots first; the queries then
+    attend over the earlier slots of the updated cache and over the new tokens (one softmax).
 
     Args:
       x: [B, L, D] normed input.
       cos, sin: [B, L, R/2], or None for a NoPE layer.
       allowed: bool [B, L, L], which new tokens each query may see.
-      past: (k_cache [B, K, H, S], v_cache [B, K, H, S], allowed_past bool [B, L, S]) or None.
+      cached: the cache and this layer's slot mask, or None.
 
     Returns:
-      ([B, L, D] output, (k [B, K, L, H], v [B, K, L, H]) of the new tokens, RoPE applied).
+      ([B, L, D] output, (k [B, K, L, H], v [B, K, L, H]) of the new tokens, RoPE applied);
+      with a cache, (output, (k, v) of the whole updated cache [num_layers, B, K, H, S]).
     """
     q = self._proj(x, self.q_kernel, self.q_bias if self.qkv_bias else None)
     k = self._proj(x, self.k_kernel, self.k_bias if self.qkv_bias else None)
@@ -310,54 +330,59 @@ class Attention(nnx.Module):
     # H along vectorised slots, and p·v over the slots; the sums are `ops.fused_sum`, which
     # keeps XLA:CPU from materialising the products (64-token sampling 0.25 -> 0.12 s with
     # both, measured in one process).
-    few = past is not None and g * l <= 4
+    few = cached is not None and g * l <= 4
     f32 = jnp.float32
 
-    def qk(keys, slots_last):                                       # -> f32 [B, K, G·L, S]
-      if few and slots_last:   # keys [B, K, H, S]: reduce over H, vectorised along the slots
-        return ops.fused_sum(qh.astype(f32)[:, :, :, :, None] * keys.astype(f32)[:, :, None],
-                             axis=3)
-      if slots_last:
-        return jnp.einsum("BKQH,BKHS->BKQS", qh, keys, preferred_element_type=f32)
-      return jnp.einsum("BKQH,BKSH->BKQS", qh, keys, preferred_element_type=f32)
-
-    def scores_of(keys, mask, slots_last=False):                    # -> f32 [B, K, G, L, S]
-      sc = qk(keys, slots_last).reshape(b, kh, g, l, mask.shape[-1])
-      return jnp.where(mask[:, None, None, :, :], sc, _MASK_VALUE)
-
-    if past is None:   # training, scoring and prefill: one softmax over the new tokens
+    if cached is None:   # training, scoring and prefill: one softmax over the new tokens
       bias = jnp.where(allowed, 0.0, _MASK_VALUE).astype(jnp.float32)
       out = attend(qh, k, v, bias)
+      new_kv = (k, v)
     else:
-      # One softmax over the cached slots and the new tokens, without joining their scores:
-      # out = (Σ_s e_s v_s + Σ_l e_l v_l) / (Σ_s e_s + Σ_l e_l), e = exp(score − max).
-      k_past, v_past, allowed_past = past
-      sc_past = scores_of(k_past.astype(self.dtype), allowed_past, slots_last=True)
-      sc_new = scores_of(k, allowed)
+      zero = jnp.zeros((), jnp.int32)
+      start = (jnp.asarray(cached.layer, jnp.int32), zero, zero, zero, cached.index)
+      k_all = jax.lax.dynamic_update_slice(                         # slots last: [1, B, K, H, L]
+          cached.k, k.transpose(0, 1, 3, 2)[None].astype(cached.k.dtype), start)
+      v_all = jax.lax.dynamic_update_slice(
+          cached.v, v.transpose(0, 1, 3, 2)[None].astype(cached.v.dtype), start)
+      keys = k_all[cached.layer].astype(self.dtype)                 # [B, K, H, S]
+      vals = v_all[cached.layer].astype(self.dtype)
+      # One softmax over the earlier slots (read from the updated cache, the new slots masked
+      # out) and the new tokens (from k and v directly), without joining their scores:
+      # out = (Σ_s e_s v_s + Σ_l e_l v_l) / (Σ_s e_s + Σ_l e_l), e = exp(score − max). Both
+      # parts read the queries, so XLA keeps them computed once (with the cache part alone it
+      # fused the queries, RoPE included, into the q·k reduction: 3x slower decode, measured).
+      if few:   # q·k reduced over H, vectorised along the slots
+        sc_past = ops.fused_sum(qh.astype(f32)[:, :, :, :, None] * keys.astype(f32)[:, :, None],
+                                axis=3)
+      else:
+        sc_past = jnp.einsum("BKQH,BKHS->BKQS", qh, keys, preferred_element_type=f32)
+      s_len = keys.shape[-1]
+      sc_past = jnp.where(cached.allowed[:, None, None], sc_past.reshape(b, kh, g, l, s_len),
+                          _MASK_VALUE)
+      sc_new = jnp.einsum("BKQH,BKSH->BKQS", qh, k, preferred_element_type=f32)
+      sc_new = jnp.where(allowed[:, None, None], sc_new.reshape(b, kh, g, l, l), _MASK_VALUE)
       top = jax.lax.stop_gradient(jnp.maximum(ops.fused_max(sc_past, keepdims=True),
                                               ops.fused_max(sc_new, keepdims=True)))
-      e_past = jnp.exp(sc_past - top).reshape(b, kh, g * l, -1)
+      e_past = jnp.exp(sc_past - top).reshape(b, kh, g * l, s_len)
       e_new = jnp.exp(sc_new - top).reshape(b, kh, g * l, l)
       denom = (ops.fused_sum(e_past, keepdims=True)
                + ops.fused_sum(e_new, keepdims=True))                # f32 [B, K, G·L, 1]
-      vals = v_past.astype(self.dtype)                              # [B, K, H, S]
       if few:   # Σ_s e_s v_s as a fused f32 multiply + sum over the slots (minor axis)
         acc = ops.fused_sum(e_past[:, :, :, None, :] * vals.astype(f32)[:, :, None, :, :])
+        acc = acc + jnp.sum(e_new[:, :, :, :, None] * v.astype(f32)[:, :, None, :, :], axis=3)
       else:
         acc = jnp.einsum("BKQS,BKHS->BKQH", e_past.astype(self.dtype), vals,
                          preferred_element_type=f32)
-      if few:
-        acc = acc + jnp.sum(e_new[:, :, :, :, None] * v.astype(f32)[:, :, None, :, :], axis=3)
-      else:
         acc = acc + jnp.einsum("BKQS,BKSH->BKQH", e_new.astype(self.dtype), v,
                                preferred_element_type=f32)
       out = (acc / denom).astype(self.dtype)
+      new_kv = (k_all, v_all)
     out = out.reshape(b, kh, g, l, h).transpose(0, 3, 1, 2, 4).reshape(b, l, n * h)
     o_kernel = self.o_kernel[...].astype(self.dtype)
     y = dense(out, o_kernel.reshape(n * h, -1))
     if self.has_o_bias:
       y = y + self.o_bias[...].astype(self.dtype)[None, None]
-    return y, (k, v)
+    return y, new_kv
 
 
 class MLP(nnx.Module):
@@ -404,12 +429,12 @@ class Block(nnx.Module):
                              param_dtype=param_dtype)
     self.mlp = MLP(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
 
-  def __call__(self, x, cos, sin, allowed, past=None):
+  def __call__(self, x, cos, sin, allowed, cached=None):
     with jax.named_scope("attention"):
       if self.use_rope:
-        y, new_kv = self.attn(self.input_norm(x), cos, sin, allowed, past)
+        y, new_kv = self.attn(self.input_norm(x), cos, sin, allowed, cached)
       else:
-        y, new_kv = self.attn(self.input_norm(x), None, None, allowed, past)
+        y, new_kv = self.attn(self.input_norm(x), None, None, allowed, cached)
     x = constrain(x + y, ("batch", "length", "act_embed"))
     with jax.named_scope("mlp"):
       x = constrain(x + self.mlp(self.post_norm(x)), ("batch", "length", "act_embed"))

@@ -197,3 +197,31 @@ def test_bad_inputs_raise(greedy):
   with pytest.raises(ValueError, match="largest bucket"):
     Sampler(_model(), CFG, SamplingConfig(prompt_len_buckets=(4,))).generate([[1] * 5], key)
   assert dataclasses.is_dataclass(greedy.config)
+
+
+def test_decode_loop_updates_the_kv_cache_in_place(sampling):
+  # Each step writes one slot per layer; XLA must do that in place. Reading the cache passed
+  # into the step while writing the new slots once made XLA copy the whole cache twice per
+  # step (the copy costs the cache's size each step, fatal for a 3B model's cache).
+  from botjax.sampling.buckets import left_pad
+  cfg = sampling.config
+  prompts = [[5, 6, 7], [8, 9]]
+  pb, lp, tb = sampling.buckets(len(prompts), 3, cfg.max_new_tokens, 2)
+  ids, mask = left_pad(prompts, lp, pad_token_id=cfg.pad_token_id)
+  ids = np.pad(ids, ((0, pb - len(prompts)), (0, 0)))
+  mask = np.pad(mask, ((0, pb - len(prompts)), (0, 0)))
+  mask[len(prompts):, -1] = True
+  stops = np.full((pb, 4), -1, np.int32)
+  active = np.arange(pb) < len(prompts)
+  hlo = sampling._generate_jit.lower(
+      sampling.params, ids, mask, active, stops, jax.random.key(0), np.int32(tb), n=2,
+      gen_len=tb).compile().as_text()
+  cache_shape = f"[{CFG.num_layers},{pb * 2},{CFG.num_kv_heads},{CFG.head_dim},{lp + tb}]"
+  computation, copies = None, []
+  for line in hlo.splitlines():
+    if line and not line.startswith(" ") and "{" in line:
+      computation = "ENTRY" if line.startswith("ENTRY") else line.split(" ")[0]
+    if " copy(" in line and cache_shape in line.split("=", 1)[1][:60]:
+      copies.append(computation)
+  assert " while(" in hlo and cache_shape in hlo             # the check below is not vacuous
+  assert [c for c in copies if c != "ENTRY"] == [], copies
