@@ -1,8 +1,10 @@
-"""Masked and segment reductions shared by the advantage estimators and losses.
+"""Masked and segment reductions shared by the advantage estimators and losses, and the
+`fused_*` reductions the models and the sampler use to keep XLA:CPU from splitting long sums.
 
-Every function is pure, jit-able and computes in float32 (integer counts stay integer). Values
-outside a mask never reach a result, not even as NaN: they are replaced with `jnp.where` before
-any arithmetic, never multiplied by the mask.
+Every function is pure and jit-able. The masked and segment ones compute in float32 (integer
+counts stay integer; the `fused_*` ones keep the input's dtype). Values outside a mask never
+reach a result, not even as NaN: they are replaced with `jnp.where` before any arithmetic,
+never multiplied by the mask.
 
 Groups are rows sharing a `group_ids` value in `[0, num_groups)`; `num_groups` is a static
 Python int. Groups may be ragged and non-contiguous. Rows whose id lies outside that range are
