@@ -323,13 +323,17 @@ def _run_side(side: str, tmp: str, digest: str) -> dict:
   proc = subprocess.run(cmd)
   if proc.returncode:
     raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
+  return _side_result(side, out, digest)
+
+
+def _side_result(side: str, out: str, digest: str) -> dict:
+  """A finished side's {setup_s, warm, timed} from its result file, digest checked."""
   with open(out) as f:
     got = json.load(f)
   if got["digest"] != digest:
     raise SystemExit(f"the {side} side built a different model/tokenizer ({got['digest']} vs "
                      f"{digest}): the comparison would not be like for like")
-  name = "botjax" if side == "botjax" else "TRL"
-  return got["results"][name]
+  return got["results"]["botjax" if side == "botjax" else "TRL"]
 
 
 def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
@@ -368,13 +372,7 @@ def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
       os.close(go_w)
       if proc.wait():
         raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
-      with open(out) as f:
-        got = json.load(f)
-      if got["digest"] != digest:
-        raise SystemExit(f"the {side} side built a different model/tokenizer ({got['digest']} "
-                         f"vs {digest}): the comparison would not be like for like")
-      name = "botjax" if side == "botjax" else "TRL"
-      results[name] = got["results"][name]
+      results["botjax" if side == "botjax" else "TRL"] = _side_result(side, out, digest)
     return results
   finally:
     for proc, *_ in procs.values():

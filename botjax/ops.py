@@ -219,7 +219,7 @@ def masked_softmax(logits, mask, *, axis: int = -1) -> Array:
   return e / jnp.where(total > 0.0, total, 1.0)
 
 
-# -- last-axis reductions that XLA:CPU keeps fused -------------------------------------------
+# -- reductions that XLA:CPU keeps fused ----------------------------------------------------
 
 # XLA:CPU's TreeReductionRewriter turns every reduction over a dimension longer than 32 into a
 # reduce-window over blocks of 32 plus a second reduce, and the reduce-window materialises its

@@ -13,7 +13,8 @@ import numpy as np
 from flax import nnx, struct
 
 from botjax.models.config import DecoderConfig
-from botjax.models.layers import Block, CachedLayer, RMSNorm, _param, rope_cos_sin
+from botjax.models.layers import (Block, CachedLayer, RMSNorm, _param, rope_cos_sin,
+                                  write_slots)
 from botjax.models.sharding import constrain
 
 
@@ -178,11 +179,7 @@ class Decoder(nnx.Module):
         continue
       # slot 0 onward: no earlier slot exists, so the cache is not read
       x, (k, v) = layer(x, cos, sin, layer_allowed)
-      start = (jnp.asarray(i, jnp.int32), zero, zero, zero, index)   # slots last: [1, B, K, H, L]
-      k_all = jax.lax.dynamic_update_slice(
-          k_all, k.transpose(0, 1, 3, 2)[None].astype(k_all.dtype), start)
-      v_all = jax.lax.dynamic_update_slice(
-          v_all, v.transpose(0, 1, 3, 2)[None].astype(v_all.dtype), start)
+      k_all, v_all = write_slots(k_all, v_all, i, index, k, v)
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:
