@@ -18,8 +18,8 @@ from botjax.models.layers import (Block, CachedLayer, RMSNorm, _param, rope_cos_
 from botjax.models.sharding import constrain
 
 
-def _block(layer: Block, x, cos, sin, allowed):
-  return layer(x, cos, sin, allowed)
+def _block(layer: Block, x, cos, sin, allowed, prefix=None):
+  return layer(x, cos, sin, allowed, None, prefix)
 
 
 _remat_block = nnx.remat(_block)
@@ -187,6 +187,70 @@ class Decoder(nnx.Module):
     if return_hidden:
       return hidden, new_cache
     return self.unembed(hidden), new_cache
+
+  def shared_prefix(self, prefix_ids: jax.Array, prefix_positions: jax.Array,
+                    prefix_mask: jax.Array, rows: jax.Array, input_ids: jax.Array,
+                    positions: jax.Array, attention_mask: jax.Array | None = None
+                    ) -> tuple[jax.Array, jax.Array]:
+    """Forward pass of B rows that continue U shared prefixes, each prefix computed once.
+
+    Row b is prefix `rows[b]` (P columns) followed by its own L columns. The hidden states
+    are those of the plain forward pass over the B concatenated rows (`self(concat(...))`),
+    but each prefix goes through the layers once, not once per row that continues it: the
+    n completions of a GRPO group share one prompt. At every layer the prefixes run first;
+    each row's L tokens then attend over its prefix's keys and values (gathered per row)
+    followed by its own, in one softmax.
+
+    Args:
+      prefix_ids: int32 [U, P] prefix tokens.
+      prefix_positions: int32 [U, P] their position ids.
+      prefix_mask: bool [U, P], True on real prefix tokens.
+      rows: int32 [B], the prefix of each row, in [0, U).
+      input_ids: int32 [B, L] each row's own tokens (columns P .. P + L − 1 of the row).
+      positions: int32 [B, L] their position ids.
+      attention_mask: bool [B, L], True on real tokens (default: all True).
+
+    Returns:
+      (prefix hidden [U, P, D], hidden [B, L, D]): final-normed hidden states, in `dtype`.
+    """
+    cfg = self.config
+    if prefix_ids.ndim != 2 or prefix_positions.shape != prefix_ids.shape:
+      raise ValueError(f"prefix_ids and prefix_positions must both be [U, P]; got "
+                       f"{prefix_ids.shape} and {prefix_positions.shape}")
+    if input_ids.ndim != 2 or positions.shape != input_ids.shape:
+      raise ValueError(f"input_ids and positions must both be [B, L]; got {input_ids.shape} "
+                       f"and {positions.shape}")
+    if rows.shape != input_ids.shape[:1]:
+      raise ValueError(f"rows must be [B] = [{input_ids.shape[0]}], got {rows.shape}")
+    (u, p), (b, l) = prefix_ids.shape, input_ids.shape
+    if attention_mask is None:
+      attention_mask = jnp.ones((b, l), bool)
+    attention_mask = attention_mask.astype(bool)
+    prefix_mask = prefix_mask.astype(bool)
+    table = constrain(self.embed[...], (None, None))
+    xp = jnp.take(table, prefix_ids, axis=0).astype(self.dtype)      # [U, P, D]
+    x = jnp.take(table, input_ids, axis=0).astype(self.dtype)        # [B, L, D]
+    x = constrain(x, ("batch", "length", "act_embed"))
+    cos_p, sin_p = rope_cos_sin(cfg, prefix_positions)
+    cos, sin = rope_cos_sin(cfg, positions)
+    allowed_p = jnp.tril(jnp.ones((p, p), bool))[None] & prefix_mask[:, None, :]   # [U, P, P]
+    row_prefix = jnp.take(prefix_mask, rows, axis=0)                 # [B, P]
+    allowed = jnp.concatenate(                                       # [B, L, P + L]
+        [jnp.broadcast_to(row_prefix[:, None, :], (b, l, p)),
+         jnp.tril(jnp.ones((l, l), bool))[None] & attention_mask[:, None, :]], axis=2)
+    cols = jnp.arange(p + l, dtype=jnp.int32)
+    distance = cols[:, None] - cols[None, :]                         # query col − key col
+    block = _remat_block if self.remat else _block
+    for i, layer in enumerate(self.layers):
+      window = cfg.window(i)
+      layer_p, layer_allowed = allowed_p, allowed
+      if window is not None:
+        layer_p = allowed_p & (distance[:p, :p] < window)[None]
+        layer_allowed = allowed & (distance[p:] < window)[None]
+      xp, (kp, vp) = block(layer, xp, cos_p, sin_p, layer_p)
+      prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # [B, K, P, H]
+      x, _ = block(layer, x, cos, sin, layer_allowed, prefix)
+    return self.final_norm(xp), self.final_norm(x)
 
   def unembed(self, hidden: jax.Array) -> jax.Array:
     """Logits of hidden states: h Eᵀ (tied) or h W_lm.

@@ -189,10 +189,11 @@ def _attend_bwd(res, d_out):
   # benchmark's update, measured); as (dOᵀ P)ᵀ and (qᵀ dS)ᵀ they are canonical GEMMs that
   # YNNPACK runs, and only the small [B, K, Q, H] operands are transposed (update 0.205 ->
   # 0.197 s, A/B in one process). The barrier keeps XLA from folding those transposes back.
-  if jax.default_backend() == "cpu":
+  cpu = jax.default_backend() == "cpu"
+  if cpu:
     d_out_t, qh_t = jax.lax.optimization_barrier((jnp.swapaxes(d_out, 2, 3),
                                                    jnp.swapaxes(qh, 2, 3)))
-    d_v = jnp.swapaxes(jnp.einsum("BKHQ,BKQS->BKHS", d_out_t, probs.astype(dt)), 2, 3)
+    d_v = jnp.einsum("BKHQ,BKQS->BKHS", d_out_t, probs.astype(dt))
   else:
     d_v = jnp.einsum("BKQS,BKQH->BKSH", probs.astype(dt), d_out)
   d_probs = jnp.einsum("BKQH,BKSH->BKQS", d_out, v, preferred_element_type=jnp.float32)
@@ -200,8 +201,13 @@ def _attend_bwd(res, d_out):
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
   d_scores = (probs * (d_probs - delta)).astype(dt)
   d_q = jnp.einsum("BKQS,BKSH->BKQH", d_scores, k)
-  if jax.default_backend() == "cpu":
-    d_k = jnp.swapaxes(jnp.einsum("BKHQ,BKQS->BKHS", qh_t, d_scores), 2, 3)
+  if cpu:
+    d_k = jnp.einsum("BKHQ,BKQS->BKHS", qh_t, d_scores)
+    # A second barrier keeps the products' [B, K, H, S] outputs: XLA would otherwise fold
+    # the swap back into them when a consumer slices them (a prefix's keys, see
+    # `Decoder.shared_prefix`), making them transposed-operand products again.
+    d_k, d_v = jax.lax.optimization_barrier((d_k, d_v))
+    d_k, d_v = jnp.swapaxes(d_k, 2, 3), jnp.swapaxes(d_v, 2, 3)
   else:
     d_k = jnp.einsum("BKQS,BKQH->BKSH", d_scores, qh)
   return d_q, d_k, d_v, None
@@ -312,18 +318,24 @@ class Attention(nnx.Module):
     return y
 
   def __call__(self, x: jax.Array, cos: jax.Array | None, sin: jax.Array | None,
-               allowed: jax.Array, cached: CachedLayer | None = None
+               allowed: jax.Array, cached: CachedLayer | None = None,
+               prefix: tuple[jax.Array, jax.Array] | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Attention over the L new tokens, or, with a cache, over the cache's S slots.
 
     With a cache, the new keys/values are written to their slots first; the queries then
     attend over the earlier slots of the updated cache and over the new tokens (one softmax).
+    With a prefix (and no cache), the queries attend over the P prefix keys followed by the
+    new tokens (one softmax), as if the prefix had been the first P tokens of each row.
 
     Args:
       x: [B, L, D] normed input.
       cos, sin: [B, L, R/2], or None for a NoPE layer.
-      allowed: bool [B, L, L], which new tokens each query may see.
+      allowed: bool [B, L, L], which new tokens each query may see; with a prefix
+        [B, L, P + L], the prefix columns first.
       cached: the cache and this layer's slot mask, or None.
+      prefix: (k, v), each [B, K, P, H] (RoPE applied), keys and values of P earlier
+        tokens of each row, or None.
 
     Returns:
       ([B, L, D] output, (k [B, K, L, H], v [B, K, L, H]) of the new tokens, RoPE applied);
@@ -357,7 +369,11 @@ class Attention(nnx.Module):
 
     if cached is None:   # training, scoring and prefill: one softmax over the new tokens
       bias = jnp.where(allowed, 0.0, _MASK_VALUE).astype(jnp.float32)
-      out = attend(qh, k, v, bias)
+      keys, vals = k, v
+      if prefix is not None:
+        keys = jnp.concatenate([prefix[0].astype(k.dtype), k], axis=2)   # [B, K, P + L, H]
+        vals = jnp.concatenate([prefix[1].astype(v.dtype), v], axis=2)
+      out = attend(qh, keys, vals, bias)
       new_kv = (k, v)
     else:
       k_all, v_all = write_slots(cached.k, cached.v, cached.layer, cached.index, k, v)
@@ -446,12 +462,12 @@ class Block(nnx.Module):
                              param_dtype=param_dtype)
     self.mlp = MLP(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
 
-  def __call__(self, x, cos, sin, allowed, cached=None):
+  def __call__(self, x, cos, sin, allowed, cached=None, prefix=None):
     with jax.named_scope("attention"):
       if self.use_rope:
-        y, new_kv = self.attn(self.input_norm(x), cos, sin, allowed, cached)
+        y, new_kv = self.attn(self.input_norm(x), cos, sin, allowed, cached, prefix)
       else:
-        y, new_kv = self.attn(self.input_norm(x), None, None, allowed, cached)
+        y, new_kv = self.attn(self.input_norm(x), None, None, allowed, cached, prefix)
     x = constrain(x + y, ("batch", "length", "act_embed"))
     with jax.named_scope("mlp"):
       x = constrain(x + self.mlp(self.post_norm(x)), ("batch", "length", "act_embed"))

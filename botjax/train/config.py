@@ -60,6 +60,7 @@ class TrainConfig:
   mini_batches: int = 1                # optimizer updates per pass (later ones are off-policy)
   micro_batch_size: int = 0            # rows per gradient-accumulation slice; 0 = whole mini-batch
   logprob_chunk: int = 128             # tokens per chunk of the chunked log-prob computation
+  share_prompts: bool = True           # a group's rows share one forward pass of their prompt
   seed: int = 0
   workdir: str = "runs/default"
   log_every: int = 1

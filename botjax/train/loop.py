@@ -448,12 +448,24 @@ class RLTrainer:
 
   # -- one RL iteration ----------------------------------------------------------------------
 
-  def _update_fn(self, num_micro: int):
-    if num_micro not in self._update_fns:
-      self._update_fns[num_micro] = step_lib.make_update_fn(
+  def _update_fn(self, num_micro: int, num_prompts: int = 0):
+    if (num_micro, num_prompts) not in self._update_fns:
+      self._update_fns[num_micro, num_prompts] = step_lib.make_update_fn(
           self.graphdef, self.rest, self.recipe, self.optimizer, num_micro=num_micro,
-          temperature=self.temperature, chunk=self.cfg.logprob_chunk)
-    return self._update_fns[num_micro]
+          temperature=self.temperature, chunk=self.cfg.logprob_chunk, num_prompts=num_prompts)
+    return self._update_fns[num_micro, num_prompts]
+
+  def _prompt_slots(self, input_ids, positions, attention_mask, completion_len: int,
+                    rows_per_slice: int) -> int:
+    """`num_prompts` for the update and the reference log-probs (0 = no prompt sharing)."""
+    if not self.cfg.share_prompts or (self.mesh is not None and self.mesh.size > 1):
+      # Across devices the gather of each row's prompt keys would cross shards; not measured.
+      return 0
+    p = input_ids.shape[1] - completion_len
+    return step_lib.prompt_slots(
+        np.asarray(input_ids[:, :p]), np.asarray(positions[:, :p]),
+        np.asarray(attention_mask[:, :p]), rows_per_slice,
+        at_least=self.cfg.rollout.prompts_per_step)
 
   def build_batch(self, roll: Rollouts) -> tuple[step_lib.RLBatch, dict]:
     """Advantages + teacher-forcing inputs for the update, as device arrays."""
@@ -474,7 +486,8 @@ class RLTrainer:
     T = roll.tokens.shape[1]
     ref_logp = np.zeros((input_ids.shape[0], T), np.float32)
     if self.ref_params is not None:
-      ref_logp, _ = self._logprob_fn(self.ref_params, input_ids, positions, attn, T)
+      slots = self._prompt_slots(input_ids, positions, attn, T, input_ids.shape[0])
+      ref_logp, _ = self._logprob_fn(self.ref_params, input_ids, positions, attn, T, slots)
     batch = step_lib.RLBatch(
         input_ids=jnp.asarray(input_ids), positions=jnp.asarray(positions),
         attention_mask=jnp.asarray(attn), old_logp=jnp.asarray(roll.logp),
@@ -500,7 +513,8 @@ class RLTrainer:
     micro = cfg.micro_batch_size or mb_rows
     if mb_rows % micro:
       raise ValueError(f"mini-batch of {mb_rows} rows does not split into micro_batch_size={micro}")
-    fn = self._update_fn(mb_rows // micro)
+    fn = self._update_fn(mb_rows // micro, self._prompt_slots(
+        batch.input_ids, batch.positions, batch.attention_mask, batch.completion_len, micro))
     rng = np.random.default_rng([cfg.seed, step, 7])
     sums: dict[str, float] = {}
     n = 0

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -89,12 +90,44 @@ def split_model(model: nnx.Module):
   return graphdef, params, rest
 
 
+def group_prompts(prompt_ids: jax.Array, prompt_positions: jax.Array, prompt_mask: jax.Array,
+                  num_prompts: int) -> tuple[jax.Array, jax.Array]:
+  """Finds the distinct prompts of a batch (in-graph, static shapes).
+
+  Two rows share a prompt when their prompt columns agree in ids, positions and mask (ids
+  compared on real tokens only). The distinct prompts are numbered in order of their first
+  row.
+
+  Args:
+    prompt_ids: int32 [B, P]; prompt_positions: int32 [B, P]; prompt_mask: bool [B, P].
+    num_prompts: U ≥ the number of distinct prompts (static); slots beyond them repeat the
+      first prompt.
+
+  Returns:
+    (rows int32 [B]: the prompt slot of each row, in [0, U); first int32 [U]: a row that
+    holds each slot's prompt).
+  """
+  b = prompt_ids.shape[0]
+  key = jnp.concatenate([jnp.where(prompt_mask, prompt_ids, -1), prompt_positions,
+                         prompt_mask.astype(jnp.int32)], axis=1)          # [B, 3P]
+  same = jnp.all(key[:, None, :] == key[None, :, :], axis=-1)             # [B, B]
+  leader = jnp.argmax(same, axis=1)                                       # first row alike
+  is_first = leader == jnp.arange(b)
+  first = jnp.nonzero(is_first, size=num_prompts, fill_value=0)[0].astype(jnp.int32)
+  slot = jnp.cumsum(is_first.astype(jnp.int32)) - 1
+  return slot[leader].astype(jnp.int32), first
+
+
 def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
-                        completion_len: int, temperature: float = 1.0, chunk: int = 128):
+                        completion_len: int, temperature: float = 1.0, chunk: int = 128,
+                        num_prompts: int = 0):
   """Log-probs and entropies of the completion tokens under softmax(logits / temperature).
 
   The hidden states of the whole sequence are computed once; the unembedding and the
   log-softmax run over chunks of completion positions, so [B, T, V] never exists at once.
+  With `num_prompts` = U > 0, rows whose prompt columns are identical (a GRPO group) share
+  one forward pass of their prompt (`Decoder.shared_prefix`): the prompt tokens go through
+  the layers U times instead of B times. Same values up to float rounding.
 
   Args:
     graphdef, params, rest: the split model.
@@ -102,17 +135,30 @@ def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_
     completion_len: T, the number of trailing completion columns of `input_ids`.
     temperature: the sampling temperature (the sampler scores its tokens the same way).
     chunk: completion positions per chunk.
+    num_prompts: U (static), at least the number of distinct prompts among the B rows, or
+      0 to run every row's prompt (no sharing).
 
   Returns:
     (logp f32[B, T], entropy f32[B, T]).
   """
   model = nnx.merge(graphdef, params, rest)
-  hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
-  B, L, D = hidden.shape
+  B, L = input_ids.shape
   T = completion_len
-  # Token at column c is predicted from the hidden state at column c - 1.
-  h = hidden[:, L - T - 1:L - 1]                                  # [B, T, D]
-  targets = input_ids[:, L - T:]                                  # [B, T]
+  P = L - T
+  targets = input_ids[:, P:]                                      # [B, T]
+  if num_prompts > 0 and P > 0:
+    rows, first = group_prompts(input_ids[:, :P], positions[:, :P], attention_mask[:, :P],
+                                num_prompts)
+    prompt_hidden, hidden = model.shared_prefix(
+        input_ids[first, :P], positions[first, :P], attention_mask[first, :P], rows,
+        targets, positions[:, P:], attention_mask[:, P:])
+    # Token at column c is predicted from the hidden state at column c - 1: the first
+    # completion token from the prompt's last column (left padding puts a real token there).
+    h = jnp.concatenate([prompt_hidden[rows, P - 1][:, None], hidden[:, :T - 1]], axis=1)
+  else:
+    hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
+    h = hidden[:, P - 1:L - 1]                                    # [B, T, D]
+  D = h.shape[-1]
   c = min(chunk, T)
   n = -(-T // c)
   pad = n * c - T
@@ -147,7 +193,7 @@ def _tree_where(pred, a, b):
 
 def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorithms.Recipe,
            optimizer: optax.GradientTransformation, num_micro: int = 1,
-           temperature: float = 1.0, chunk: int = 128) -> StepOutput:
+           temperature: float = 1.0, chunk: int = 128, num_prompts: int = 0) -> StepOutput:
   """One optimizer update on one mini-batch (call under `jax.jit`, see `make_update_fn`).
 
   A non-finite loss or gradient skips the update: parameters and optimizer state are left
@@ -162,6 +208,9 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
     num_micro: number of gradient-accumulation slices.
     temperature: scoring temperature (same as sampling).
     chunk: completion positions per log-prob chunk.
+    num_prompts: U > 0 shares each prompt's forward pass among the rows of a micro-batch
+      that hold it (`completion_logprobs`); U must be at least the number of distinct
+      prompts in any micro-batch (`prompt_slots`). 0 = no sharing.
 
   Returns:
     StepOutput(new state, scalar metrics).
@@ -179,7 +228,8 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
   def mb_loss(params, mb: RLBatch):
     logp, ent = completion_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
                                     mb.attention_mask, completion_len=T,
-                                    temperature=temperature, chunk=chunk)
+                                    temperature=temperature, chunk=chunk,
+                                    num_prompts=num_prompts)
     per_token, m = algorithms.policy_loss(
         recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,
         ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights)
@@ -239,7 +289,7 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
 
 
 def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperature=1.0,
-                   chunk=128, donate=True):
+                   chunk=128, donate=True, num_prompts=0):
   """`update` jitted with everything static bound; `(state, batch) -> StepOutput`.
 
   Compiled as a top-level program with `botjax.models.sharding.compiler_options()` (XLA:CPU
@@ -248,20 +298,48 @@ def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperatur
   """
   fn = functools.partial(update, graphdef=graphdef, rest=rest, recipe=recipe,
                          optimizer=optimizer, num_micro=num_micro, temperature=temperature,
-                         chunk=chunk)
+                         chunk=chunk, num_prompts=num_prompts)
   return jax.jit(fn, donate_argnums=(0,) if donate else (), compiler_options=compiler_options())
 
 
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
-  """Jitted `(params, input_ids, positions, attention_mask, T) -> (logp, entropy)`.
+  """Jitted `(params, input_ids, positions, attention_mask, T, U=0) -> (logp, entropy)`.
 
-  A top-level program (see `make_update_fn`); inside your own jit call `completion_logprobs`.
+  U is `completion_logprobs`' `num_prompts` (static). A top-level program (see
+  `make_update_fn`); inside your own jit call `completion_logprobs`.
   """
-  def fn(params, input_ids, positions, attention_mask, completion_len):
+  def fn(params, input_ids, positions, attention_mask, completion_len, num_prompts=0):
     return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
-                               chunk=chunk)
-  return jax.jit(fn, static_argnums=(4,), compiler_options=compiler_options())
+                               chunk=chunk, num_prompts=num_prompts)
+  return jax.jit(fn, static_argnums=(4, 5), compiler_options=compiler_options())
+
+
+def prompt_slots(prompt_ids: np.ndarray, prompt_positions: np.ndarray, prompt_mask: np.ndarray,
+                 rows_per_slice: int, *, at_least: int = 0) -> int:
+  """`num_prompts` for `update` on host arrays: 0 when sharing prompts would not pay.
+
+  U = min(rows_per_slice, max(distinct prompts of the batch, at_least)) bounds the distinct
+  prompts of any slice of `rows_per_slice` rows, however the rows are shuffled; `at_least`
+  (the prompts per step) keeps U, and so the compiled update, the same from step to step
+  when a batch happens to repeat a prompt. Sharing is off (0) unless U is at most half the
+  rows: each slice then runs at most half as many prompt rows as it has rows.
+
+  Args:
+    prompt_ids, prompt_positions: int [B, P]; prompt_mask: bool [B, P] (numpy).
+    rows_per_slice: rows of each micro-batch.
+    at_least: a floor for the number of distinct prompts.
+
+  Returns:
+    U ≥ 0 (a Python int).
+  """
+  if prompt_ids.shape[1] == 0:
+    return 0
+  key = np.concatenate([np.where(prompt_mask, prompt_ids, -1), prompt_positions,
+                        prompt_mask.astype(prompt_ids.dtype)], axis=1)
+  distinct = len(np.unique(key, axis=0))
+  u = min(rows_per_slice, max(distinct, at_least))
+  return u if 2 * u <= rows_per_slice else 0
 
 
 def init_state(params, optimizer: optax.GradientTransformation, seed: int) -> TrainState:

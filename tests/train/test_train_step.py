@@ -1,6 +1,7 @@
 """The jitted update: loss goes down, micro-batching is exact, non-finite updates are skipped."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from hypothesis import given, settings, strategies as st
 
 from botjax import algorithms, losses
 from botjax import models
@@ -209,3 +211,112 @@ def test_trimming_padding_columns_keeps_every_completion_logprob(model):
   full, trimmed = logp_of(roll), logp_of(cut)
   np.testing.assert_allclose(trimmed[cut.mask], full[:, :16][cut.mask], atol=2e-6)
   assert cut.mask.sum() == mask.sum()
+
+
+# -- prompts shared by the rows of a group --------------------------------------------------
+
+def make_grouped_batch(model, groups, seed=0):
+  """An RLBatch whose rows continue len(set(groups)) prompts: row b holds prompt groups[b]."""
+  rng = np.random.default_rng(seed)
+  v = model.config.vocab_size
+  groups = np.asarray(groups)
+  n = groups.max() + 1
+  plen = rng.integers(1, LP + 1, size=n)
+  prompts = [rng.integers(3, v, plen[g]) for g in range(n)]
+  clen = rng.integers(0, T + 1, size=len(groups))
+  ids = np.zeros((len(groups), LP + T), np.int32)
+  attn = np.zeros((len(groups), LP + T), bool)
+  for b, g in enumerate(groups):
+    ids[b, LP - plen[g]:LP] = prompts[g]
+    ids[b, LP:LP + clen[b]] = rng.integers(3, v, clen[b])
+    attn[b, LP - plen[g]:LP + clen[b]] = True
+  pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
+  mask = attn[:, LP:]
+  graphdef, params, rest = step_lib.split_model(model)
+  logp, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
+  adv = np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32)
+  return step_lib.RLBatch(
+      input_ids=jnp.asarray(ids), positions=jnp.asarray(pos), attention_mask=jnp.asarray(attn),
+      old_logp=jnp.where(mask, logp, 0.0), ref_logp=jnp.where(mask, logp - 0.1, 0.0),
+      advantages=jnp.asarray(adv), loss_mask=jnp.asarray(mask),
+      seq_weights=jnp.ones((len(groups),), jnp.float32))
+
+
+def test_group_prompts_numbers_distinct_prompts_in_order_of_first_row():
+  ids = np.array([[0, 5, 6], [0, 7, 8], [0, 5, 6], [9, 5, 6], [0, 7, 8]], np.int32)
+  mask = ids > 0
+  pos = np.maximum(np.cumsum(mask, 1) - 1, 0).astype(np.int32)
+  ids[1, 0] = 4                  # a different id under padding does not make a new prompt
+  rows, first = jax.jit(step_lib.group_prompts, static_argnums=3)(ids, pos, mask, 4)
+  np.testing.assert_array_equal(rows, [0, 1, 0, 2, 1])
+  np.testing.assert_array_equal(first[:3], [0, 1, 3])
+  assert first.shape == (4,)     # a spare slot (filled with row 0)
+  # same ids and mask but other positions: another prompt
+  pos2 = pos.copy()
+  pos2[2] += 1
+  rows, _ = step_lib.group_prompts(ids, pos2, mask, 4)
+  np.testing.assert_array_equal(rows, [0, 1, 2, 3, 1])
+
+
+def test_prompt_slots_bounds_every_slice_and_stays_off_when_sharing_does_not_pay():
+  ids = np.repeat(np.arange(1, 5, dtype=np.int32)[:, None], 8, axis=0) * np.ones((1, 3), np.int32)
+  mask = np.ones_like(ids, bool)
+  pos = np.tile(np.arange(3, dtype=np.int32), (32, 1))
+  assert step_lib.prompt_slots(ids, pos, mask, 32) == 4              # 4 prompts x 8 rows
+  assert step_lib.prompt_slots(ids, pos, mask, 8) == 4               # any 8 rows: <= 4 prompts
+  assert step_lib.prompt_slots(ids, pos, mask, 6) == 0               # 4 prompt rows for 6: off
+  assert step_lib.prompt_slots(ids, pos, mask, 32, at_least=6) == 6  # a stable U across steps
+  assert step_lib.prompt_slots(ids[:, :0], pos[:, :0], mask[:, :0], 32) == 0
+
+
+@pytest.mark.parametrize("num_prompts", [3, 5])
+def test_shared_prompt_logprobs_equal_unshared(model, num_prompts):
+  batch = make_grouped_batch(model, [2, 0, 1, 0, 2, 2, 1, 0])
+  graphdef, params, rest = step_lib.split_model(model)
+  args = (graphdef, params, rest, batch.input_ids, batch.positions, batch.attention_mask)
+  want, want_ent = step_lib.completion_logprobs(*args, completion_len=T, chunk=4)
+  got, ent = jax.jit(lambda p: step_lib.completion_logprobs(
+      graphdef, p, rest, *args[3:], completion_len=T, chunk=4, num_prompts=num_prompts))(params)
+  m = np.asarray(batch.loss_mask)
+  assert m.sum() > 20
+  np.testing.assert_allclose(np.asarray(got)[m], np.asarray(want)[m], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(ent)[m], np.asarray(want_ent)[m], atol=1e-5)
+
+
+@pytest.mark.parametrize("num_micro", [1, 2])
+def test_update_with_shared_prompts_equals_unshared(model, num_micro):
+  batch = make_grouped_batch(model, [2, 0, 1, 0, 2, 2, 1, 0], seed=4)
+  recipe = algorithms.get_recipe("grpo")
+  graphdef, params, rest = step_lib.split_model(model)
+  opt = optax.sgd(1.0)  # params move by exactly -grad: compares the gradients
+  state = step_lib.init_state(params, opt, 0)
+  plain = step_lib.make_update_fn(graphdef, rest, recipe, opt, donate=False)(state, batch)
+  shared = step_lib.make_update_fn(graphdef, rest, recipe, opt, num_micro=num_micro,
+                                   num_prompts=3, donate=False)(state, batch)
+  np.testing.assert_allclose(float(shared.metrics["loss"]), float(plain.metrics["loss"]),
+                             rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(float(shared.metrics["grad_norm"]),
+                             float(plain.metrics["grad_norm"]), rtol=1e-4)
+  assert float(plain.metrics["grad_norm"]) > 1e-3
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               shared.state.params, plain.state.params)
+
+
+_SHARED_LOGP = {}
+
+
+@settings(max_examples=12, deadline=None)
+@given(groups=st.lists(st.integers(0, 3), min_size=8, max_size=8), seed=st.integers(0, 2**16))
+def test_shared_prompts_property_any_grouping_and_row_order(model, groups, seed):
+  """Any assignment of 8 rows to up to 4 prompts, in any order: sharing changes no log-prob."""
+  groups = np.unique(groups, return_inverse=True)[1]       # prompts numbered 0..n-1
+  batch = make_grouped_batch(model, groups, seed=seed)
+  graphdef, params, rest = step_lib.split_model(model)
+  if not _SHARED_LOGP:
+    for u in (0, 4):
+      _SHARED_LOGP[u] = jax.jit(functools.partial(
+          step_lib.completion_logprobs, graphdef, completion_len=T, num_prompts=u))
+  args = (params, rest, batch.input_ids, batch.positions, batch.attention_mask)
+  want, got = _SHARED_LOGP[0](*args)[0], _SHARED_LOGP[4](*args)[0]
+  m = np.asarray(batch.loss_mask)
+  np.testing.assert_allclose(np.asarray(got)[m], np.asarray(want)[m], atol=1e-5)
