@@ -18,6 +18,7 @@ from botjax.sampling.sampler import (
 )
 from botjax.sampling.text import (
     TextSamples,
+    TokenOffsets,
     decode_completions,
     decode_with_offsets,
     encode_prompts,
@@ -26,7 +27,7 @@ from botjax.sampling.text import (
 
 __all__ = [
     "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "Sampler", "SamplingConfig",
-    "TeacherForcing", "TextSamples", "bucket_size", "decode_completions", "decode_with_offsets",
+    "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
     "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
     "sample_logits", "top_k_filter", "top_p_filter",
 ]

@@ -30,6 +30,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from botjax.models.decoder import KVCache
+from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import compiler_options, constrain
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
@@ -345,13 +346,20 @@ class Sampler:
       t, _, _, _, _, done, _, _ = carry
       return (t < max_new) & ~jnp.all(done)
 
+    # RoPE's cos and sin of every decode step, computed once: inside the step XLA fuses them
+    # into each layer's q and k rotation and evaluates them there (64-token sampling
+    # 0.084 -> 0.076 s on the benchmark model of benchmarks/rl_step.py, measured).
+    step_positions = prompt_len[None, :] + jnp.arange(gen_len, dtype=jnp.int32)[:, None] - 1
+    rope_cos, rope_sin = jax.vmap(lambda p: rope_cos_sin(self.model_config, p[:, None]))(
+        step_positions)                                           # [T, B, 1, R/2] each
+
     def body(carry):
       t, cache, prev, tokens, logp, done, stopped, lengths = carry
       live = ~done
       # Feed token t−1 into slot Lp + t − 1; its logits give token t.
       step_logits, cache = model(prev[:, None], (prompt_len + t - 1)[:, None],
                                  attention_mask=live[:, None], cache=cache,
-                                 cache_index=lp + t - 1)
+                                 cache_index=lp + t - 1, rope=(rope_cos[t], rope_sin[t]))
       tok, lp_tok, hit = draw(t, step_logits[:, 0, :], live)
       tokens = jax.lax.dynamic_update_slice_in_dim(tokens, tok[:, None], t, axis=1)
       logp = jax.lax.dynamic_update_slice_in_dim(logp, lp_tok[:, None], t, axis=1)

@@ -4,11 +4,13 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from hypothesis import given, settings, strategies as st
 
 import botjax.models as bm
 from botjax.data import tokenizer as tk
 from botjax.rewards import spans_to_token_values
-from botjax.sampling import (FINISH_STOP, Sampler, SamplingConfig, decode_with_offsets,
+from botjax.sampling import (FINISH_LENGTH, FINISH_STOP, SampleOutput, Sampler, SamplingConfig,
+                             TokenOffsets, decode_completions, decode_with_offsets,
                              encode_prompts, generate_text)
 
 CORPUS = [
@@ -113,3 +115,42 @@ def test_generate_text_end_to_end(checkpoint):
     if finish[b] == FINISH_STOP:
       assert out.offsets[b][-1] == (len(out.completions[b]),) * 2
   np.testing.assert_array_equal(out.output.group_ids, [0, 0, 1, 1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_batched_texts_and_lazy_offsets_equal_token_by_token_decoding(checkpoint, seed):
+  """Random ids (stray bytes of multi-byte characters, special tokens, stopped rows): the
+  batched texts and the offsets computed on first read equal `decode_with_offsets` per row."""
+  _, tok = checkpoint
+  rng = np.random.default_rng(seed)
+  b, t = 6, 12
+  tokens = rng.integers(0, len(tok), (b, t)).astype(np.int32)
+  lengths = rng.integers(0, t + 1, b).astype(np.int32)
+  finish = np.where(rng.random(b) < 0.5, FINISH_STOP, FINISH_LENGTH).astype(np.int32)
+  z = np.zeros((b, t), np.float32)
+  out = SampleOutput(prompt_ids=np.zeros((b, 1), np.int32), prompt_mask=np.ones((b, 1), bool),
+                     tokens=tokens, mask=np.arange(t)[None] < lengths[:, None], logp=z,
+                     lengths=lengths, finish_reason=finish, group_ids=np.arange(b) // 2,
+                     num_groups=3)
+  got = decode_completions(tok, out, ["p0", "p1", "p2"])
+  assert got.prompts == ["p0", "p0", "p1", "p1", "p2", "p2"]
+  assert isinstance(got.offsets, TokenOffsets) and len(got.offsets) == b
+  for row in [3, 0, 5, 1, 2, 4]:                 # any order of first reads
+    ids = tokens[row, :lengths[row]].tolist()
+    stopped = finish[row] == FINISH_STOP and ids
+    text, offs = decode_with_offsets(tok, ids[:-1] if stopped else ids)
+    if stopped:
+      offs.append((len(text), len(text)))
+    assert got.completions[row] == text
+    assert got.offsets[row] == offs and len(offs) == lengths[row]
+  assert got.offsets[-1] == got.offsets[5] and got.offsets[1:3] == [got.offsets[1], got.offsets[2]]
+
+
+def test_lazy_offsets_refuse_a_text_they_do_not_match(checkpoint):
+  _, tok = checkpoint
+  ids = _ids(tok, "3 + 4 = 7")
+  offsets = TokenOffsets(tok, [ids], [False], ["3 + 4 = 8"])
+  with pytest.raises(RuntimeError, match="row 0: decoding token by token gave '3 \\+ 4 = 7'"):
+    offsets[0]
+  assert TokenOffsets(tok, [ids], [False], ["3 + 4 = 7"])[0] == decode_with_offsets(tok, ids)[1]
