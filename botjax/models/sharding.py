@@ -88,6 +88,53 @@ def compiler_options(*, decode: bool = False) -> dict[str, Any] | None:
   return {**CPU_COMPILER_OPTIONS, **(DECODE_CPU_COMPILER_OPTIONS if decode else {})}
 
 
+def _threefry2x32_unrolled(key1, key2, x1, x2):
+  """Threefry-2x32 with 20 rounds (Salmon et al., 2011), the hash behind `jax.random`, unrolled.
+
+  The same function as JAX's own lowering (key schedule k₂ = k₀ ⊕ k₁ ⊕ 0x1BD11BDA, rotations
+  13 15 26 6 / 17 29 16 24, a key injection after every 4 rounds), written out in full.
+  """
+  def rotl(x, d):
+    return jax.lax.shift_left(x, np.uint32(d)) | jax.lax.shift_right_logical(x, np.uint32(32 - d))
+
+  rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+  ks = (key1, key2, key1 ^ key2 ^ np.uint32(0x1BD11BDA))
+  x0, x1 = x1 + ks[0], x2 + ks[1]
+  for i in range(5):
+    for r in rotations[i % 2]:
+      x0 = x0 + x1
+      x1 = x0 ^ rotl(x1, r)
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+  return x0, x1
+
+
+_THREEFRY_UNROLLED = False
+
+
+def unroll_threefry_on_cpu() -> None:
+  """Lowers `jax.random`'s Threefry hash unrolled on CPU, for this process; same bits.
+
+  JAX lowers the hash on CPU as a `while` loop over its 5 groups of 4 rounds (to keep compile
+  times short), and XLA:CPU runs each group as separate small kernels that copy the state
+  around: a sampler's per-step draws (`fold_in` per row, Gumbel noise over the vocabulary)
+  became about 180 of the 280 kernels of a decode step. Unrolled, the hash fuses into its
+  consumers (64-token sampling on the benchmark model of `benchmarks/rl_step.py`: 0.083 ->
+  0.078 s, medians of 3 alternating processes each). The values are the same hash, so every key gives the same
+  numbers as before. `botjax.sampling.Sampler` calls this on hosts where
+  `compiler_options()` applies; programs compiled earlier keep their lowering.
+  """
+  global _THREEFRY_UNROLLED
+  if _THREEFRY_UNROLLED:
+    return
+  from jax.extend.random import threefry2x32_p
+  from jax.interpreters import mlir
+  mlir.register_lowering(
+      threefry2x32_p, mlir.lower_fun(_threefry2x32_unrolled, multiple_results=True),
+      platform="cpu")
+  _THREEFRY_UNROLLED = True
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8   # glibc <malloc.h>
 
 

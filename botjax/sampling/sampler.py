@@ -31,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from botjax.models.decoder import KVCache
 from botjax.models.layers import rope_cos_sin
-from botjax.models.sharding import compiler_options, constrain
+from botjax.models.sharding import compiler_options, constrain, unroll_threefry_on_cpu
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import sample_logits
@@ -175,8 +175,11 @@ class Sampler:
     self._batch_axes = tuple(a for a in _BATCH_AXES if mesh is not None and a in mesh.shape)
     self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
+    options = compiler_options(decode=True)
+    if options is not None:
+      unroll_threefry_on_cpu()
     self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"),
-                                 compiler_options=compiler_options(decode=True))
+                                 compiler_options=options)
 
   # -- host side ---------------------------------------------------------------------------
 
