@@ -456,16 +456,46 @@ class RLTrainer:
     return self._update_fns[num_micro, num_prompts]
 
   def _prompt_slots(self, input_ids, positions, attention_mask, completion_len: int,
-                    rows_per_slice: int) -> int:
-    """`num_prompts` for the update and the reference log-probs (0 = no prompt sharing)."""
+                    rows_per_slice: int, parts: int = 1) -> int:
+    """`num_prompts` for the update and the reference log-probs (0 = no prompt sharing).
+
+    With `parts` > 1 the rows are cut into that many contiguous slices (a parallel update);
+    U then bounds the distinct prompts of each slice.
+    """
     if not self.cfg.share_prompts or (self.mesh is not None and self.mesh.size > 1):
       # Across devices the gather of each row's prompt keys would cross shards; not measured.
       return 0
     p = input_ids.shape[1] - completion_len
-    return step_lib.prompt_slots(
-        np.asarray(input_ids[:, :p]), np.asarray(positions[:, :p]),
-        np.asarray(attention_mask[:, :p]), rows_per_slice,
-        at_least=self.cfg.rollout.prompts_per_step)
+    ids, pos, msk = (np.asarray(a[:, :p]) for a in (input_ids, positions, attention_mask))
+    if parts == 1:
+      return step_lib.prompt_slots(ids, pos, msk, rows_per_slice,
+                                   at_least=self.cfg.rollout.prompts_per_step)
+    n = ids.shape[0] // parts
+    slots = [step_lib.prompt_slots(ids[i * n:(i + 1) * n], pos[i * n:(i + 1) * n],
+                                   msk[i * n:(i + 1) * n], n,
+                                   at_least=-(-self.cfg.rollout.prompts_per_step // parts))
+             for i in range(parts)]
+    return 0 if 0 in slots else max(slots)
+
+  def _update_threads(self, mb_rows: int, num_micro: int) -> int:
+    """Host threads for one mini-batch's update (1 = the single jitted `update`)."""
+    threads = self.cfg.update_threads
+    if threads == 0:
+      small_cpu = step_lib.compiler_options() is not None
+      threads = 2 if small_cpu and (self.mesh is None or self.mesh.size == 1) else 1
+    if threads < 1:
+      raise ValueError(f"update_threads must be >= 0 (0 = automatic), got {threads}")
+    if threads == 1 or num_micro != 1 or mb_rows % threads:
+      return 1
+    return threads
+
+  def _parallel_update(self, parts: int, num_prompts: int):
+    key = ("parallel", parts, num_prompts)
+    if key not in self._update_fns:
+      self._update_fns[key] = step_lib.ParallelUpdate(
+          self.graphdef, self.rest, self.recipe, self.optimizer, parts=parts,
+          temperature=self.temperature, chunk=self.cfg.logprob_chunk, num_prompts=num_prompts)
+    return self._update_fns[key]
 
   def build_batch(self, roll: Rollouts) -> tuple[step_lib.RLBatch, dict]:
     """Advantages + teacher-forcing inputs for the update, as device arrays."""
@@ -513,8 +543,16 @@ class RLTrainer:
     micro = cfg.micro_batch_size or mb_rows
     if mb_rows % micro:
       raise ValueError(f"mini-batch of {mb_rows} rows does not split into micro_batch_size={micro}")
-    fn = self._update_fn(mb_rows // micro, self._prompt_slots(
-        batch.input_ids, batch.positions, batch.attention_mask, batch.completion_len, micro))
+    threads = self._update_threads(mb_rows, mb_rows // micro)
+    if threads > 1:
+      # One mini-batch: its slices are known here. Several: rows are shuffled per epoch, so
+      # U bounds any slice of mb_rows // threads rows.
+      fn = self._parallel_update(threads, self._prompt_slots(
+          batch.input_ids, batch.positions, batch.attention_mask, batch.completion_len,
+          mb_rows // threads, parts=threads if nmb == 1 else 1))
+    else:
+      fn = self._update_fn(mb_rows // micro, self._prompt_slots(
+          batch.input_ids, batch.positions, batch.attention_mask, batch.completion_len, micro))
     rng = np.random.default_rng([cfg.seed, step, 7])
     sums: dict[str, float] = {}
     n = 0

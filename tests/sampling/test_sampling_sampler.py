@@ -214,8 +214,8 @@ def test_decode_loop_updates_the_kv_cache_in_place(sampling):
   stops = np.full((pb, 4), -1, np.int32)
   active = np.arange(pb) < len(prompts)
   hlo = sampling._generate_jit.lower(
-      sampling.params, ids, mask, active, stops, jax.random.key(0), np.int32(tb), n=2,
-      gen_len=tb).compile().as_text()
+      sampling.params, ids, mask, active, stops, jax.random.key(0), np.int32(tb), np.int32(0),
+      n=2, gen_len=tb).compile().as_text()
   cache_shape = f"[{CFG.num_layers},{pb * 2},{CFG.num_kv_heads},{CFG.head_dim},{lp + tb}]"
   computation, copies = None, []
   for line in hlo.splitlines():
@@ -225,3 +225,23 @@ def test_decode_loop_updates_the_kv_cache_in_place(sampling):
       copies.append(computation)
   assert " while(" in hlo and cache_shape in hlo             # the check below is not vacuous
   assert [c for c in copies if c != "ENTRY"] == [], copies
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_host_threads_give_the_same_completions(model, sampling, threads):
+  """Prompts split over host threads (uneven parts, padded batches) draw the same tokens."""
+  one = Sampler(model, CFG, sampling.config, host_threads=1)
+  many = Sampler(model, CFG, sampling.config, host_threads=threads)
+  prompts = PROMPTS + [[9, 8, 7, 6, 5]]
+  a = one.generate(prompts, jax.random.key(5), n=3)
+  b = many.generate(prompts, jax.random.key(5), n=3)
+  assert b.num_groups == a.num_groups == len(prompts)
+  for name in ("prompt_ids", "prompt_mask", "tokens", "mask", "lengths", "finish_reason",
+               "group_ids"):
+    np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
+  np.testing.assert_allclose(b.logp, a.logp, atol=1e-6)
+  assert int(many.last_num_steps) == int(one.last_num_steps)
+  one_prompt = many.generate(prompts[:1], jax.random.key(5), n=3)    # fewer prompts than threads
+  np.testing.assert_array_equal(one_prompt.tokens, np.asarray(a.tokens)[:3])
+  with pytest.raises(ValueError, match="host_threads must be an int >= 1"):
+    Sampler(model, CFG, sampling.config, host_threads=0)

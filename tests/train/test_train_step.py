@@ -320,3 +320,40 @@ def test_shared_prompts_property_any_grouping_and_row_order(model, groups, seed)
   want, got = _SHARED_LOGP[0](*args)[0], _SHARED_LOGP[4](*args)[0]
   m = np.asarray(batch.loss_mask)
   np.testing.assert_allclose(np.asarray(got)[m], np.asarray(want)[m], atol=1e-5)
+
+
+@pytest.mark.parametrize("parts,num_prompts", [(2, 0), (2, 3), (4, 0)])
+def test_parallel_update_equals_micro_batched_update(model, parts, num_prompts):
+  """Slices' gradients from host threads, summed: the update of num_micro = parts slices."""
+  batch = make_grouped_batch(model, [0, 0, 1, 1, 2, 2, 0, 1], seed=6)
+  recipe = algorithms.get_recipe("dapo")          # token_mean: the denominator spans slices
+  graphdef, params, rest = step_lib.split_model(model)
+  opt = optax.sgd(1.0)  # params move by exactly -grad: compares the summed gradients
+  state = step_lib.init_state(params, opt, 0)
+  want = step_lib.make_update_fn(graphdef, rest, recipe, opt, num_micro=parts,
+                                 donate=False)(state, batch)
+  fn = step_lib.ParallelUpdate(graphdef, rest, recipe, opt, parts=parts,
+                               num_prompts=num_prompts, donate=False)
+  got = fn(state, batch)
+  again = fn(state, batch)                        # compiled: all slices in the pool
+  for k in want.metrics:
+    np.testing.assert_allclose(float(got.metrics[k]), float(want.metrics[k]), rtol=1e-4,
+                               atol=1e-7, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               got.state.params, want.state.params)
+  jax.tree.map(np.testing.assert_array_equal, again.state.params, got.state.params)
+  assert int(got.state.step) == 1 and float(got.metrics["grad_norm"]) > 1e-3
+  with pytest.raises(ValueError, match="not divisible into 3 parts"):
+    step_lib.ParallelUpdate(graphdef, rest, recipe, opt, parts=3)(state, batch)
+
+
+def test_parallel_update_skips_a_non_finite_update(model):
+  batch = make_grouped_batch(model, [0, 0, 1, 1], seed=2)
+  batch = dataclasses.replace(batch, advantages=batch.advantages.at[3, 0].set(jnp.nan))
+  recipe = algorithms.get_recipe("grpo")
+  graphdef, params, rest = step_lib.split_model(model)
+  opt = step_lib.make_optimizer(OptimConfig(learning_rate=1e-2), 10)
+  state = step_lib.init_state(params, opt, 0)
+  out = step_lib.ParallelUpdate(graphdef, rest, recipe, opt, parts=2, donate=False)(state, batch)
+  assert float(out.metrics["skipped"]) == 1.0 and int(out.state.step) == 0
+  jax.tree.map(np.testing.assert_array_equal, out.state.params, params)
