@@ -38,6 +38,15 @@ backward recomputes the forward), botjax's trainer keeps activations, so the TRL
 it off (`--trl-gradient-checkpointing` restores TRL's default: TRL 0.564 s per iteration with
 it, 0.468-0.492 s without, on 2026-12-02).
 
+Two things botjax's trainer does that TRL's does not, both exact (the same update up to float
+rounding) and on by default, each with a flag to measure without it:
+  - the update runs each group's prompt through the model once, not once per completion
+    (`TrainConfig.share_prompts`, `Decoder.shared_prefix`; `--no-share-prompts`);
+  - on hosts with at most 4 cores, sampling splits the prompts over 2 host threads (same
+    draws) and the update computes the gradients of two halves of the batch in 2 threads, then
+    applies their sum (`TrainConfig.host_threads`; `--host-threads 1`): XLA:CPU runs one
+    program's small kernels one after another and leaves the second core mostly idle.
+
 Needs the `bench` extra (`pip install -e .[bench]`: trl, accelerate, datasets, torch). Prints the
 machine, versions, the median seconds per iteration of each side, the ratio TRL/botjax, the mean
 completion length of each side and the per-phase split (generate / reward / rest) of each side.
@@ -195,6 +204,7 @@ def bench_botjax(model_dir, records, args, workdir):
                             max_new_tokens=args.new_tokens, temperature=1.0),
       reward=RewardConfig(kind="inline"), steps=args.warmup + args.iters, seed=args.seed,
       checkpoint_every=0, eval_every=0, tensorboard=False, progress=False,
+      share_prompts=args.share_prompts, host_threads=args.host_threads,
       workdir=os.path.join(workdir, "botjax-run"))
   t0 = time.perf_counter()
   model = models.load_pretrained(model_dir)
@@ -416,6 +426,13 @@ def main() -> None:
                       help="TRL's GRPOConfig turns gradient checkpointing on by default, which "
                            "recomputes the forward pass in the backward; botjax's trainer does "
                            "not (TrainConfig remat off), so for the same work it is off here")
+  parser.add_argument("--share-prompts", action=argparse.BooleanOptionalAction, default=True,
+                      help="botjax's update runs each group's prompt through the model once "
+                           "(TrainConfig.share_prompts, default); TRL runs it once per completion")
+  parser.add_argument("--host-threads", type=int, default=0,
+                      help="botjax's TrainConfig.host_threads: threads for sampling and the "
+                           "update (0 = automatic: 2 on hosts with at most 4 cores; 1 = one "
+                           "program at a time)")
   parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
   parser.add_argument("--control-fds", default="", help=argparse.SUPPRESS)
   parser.add_argument("--torch-threads", type=int, default=0,
@@ -424,6 +441,8 @@ def main() -> None:
   args = parser.parse_args()
   if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
     parser.error("--iters and --rounds must be >= 1 and --warmup >= 0")
+  if args.host_threads < 0:
+    parser.error(f"--host-threads must be >= 0 (0 = automatic), got {args.host_threads}")
 
   from botjax.models import sharding
   # before JAX starts its threads; both sides share it
@@ -475,6 +494,9 @@ def main() -> None:
           f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL, TRL gradient "
           f"checkpointing {'on' if args.trl_gradient_checkpointing else 'off'}; "
           f"{args.warmup} warm-up + {args.iters} timed iterations per side")
+    print(f"botjax: prompts shared by their group's completions in the update "
+          f"{'on' if args.share_prompts else 'off'}; host threads "
+          f"{args.host_threads or 'automatic (2 on hosts with at most 4 cores)'}")
     results = {}
     separate = args.side == "both" and args.separate
     rounds = args.rounds if separate else 1

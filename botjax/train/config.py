@@ -61,7 +61,7 @@ class TrainConfig:
   micro_batch_size: int = 0            # rows per gradient-accumulation slice; 0 = whole mini-batch
   logprob_chunk: int = 128             # tokens per chunk of the chunked log-prob computation
   share_prompts: bool = True           # a group's rows share one forward pass of their prompt
-  update_threads: int = 0              # host threads per update (0 = 2 on small CPU hosts, else 1)
+  host_threads: int = 0                # threads for sampling and update (0 = 2 on small CPU hosts)
   seed: int = 0
   workdir: str = "runs/default"
   log_every: int = 1

@@ -267,7 +267,10 @@ class RLTrainer:
     if sampler is not None and sampler.config != self.sampling:
       raise ValueError(f"the given sampler's config {sampler.config} differs from the run's "
                        f"{self.sampling}")
-    self.sampler = sampler or Sampler(model, model.config, self.sampling, mesh=mesh)
+    if cfg.host_threads < 0:
+      raise ValueError(f"host_threads must be >= 0 (0 = automatic), got {cfg.host_threads}")
+    self.sampler = sampler or Sampler(model, model.config, self.sampling, mesh=mesh,
+                                      host_threads=cfg.host_threads or None)
     self.optimizer = step_lib.make_optimizer(cfg.optim, cfg.steps * cfg.ppo_epochs * cfg.mini_batches)
     self.state = _commit(step_lib.init_state(params, self.optimizer, cfg.seed), mesh)
     self.ref_params = (jax.tree.map(jnp.copy, params) if self.recipe.kl_coef > 0 else None)
@@ -478,13 +481,15 @@ class RLTrainer:
     return 0 if 0 in slots else max(slots)
 
   def _update_threads(self, mb_rows: int, num_micro: int) -> int:
-    """Host threads for one mini-batch's update (1 = the single jitted `update`)."""
-    threads = self.cfg.update_threads
+    """Host threads for one mini-batch's update (1 = the single jitted `update`).
+
+    `TrainConfig.host_threads`, or with 0 two on small CPU hosts without a mesh (as the
+    sampler does); one when the mini-batch is micro-batched or does not split evenly.
+    """
+    threads = self.cfg.host_threads
     if threads == 0:
       small_cpu = step_lib.compiler_options() is not None
       threads = 2 if small_cpu and (self.mesh is None or self.mesh.size == 1) else 1
-    if threads < 1:
-      raise ValueError(f"update_threads must be >= 0 (0 = automatic), got {threads}")
     if threads == 1 or num_micro != 1 or mb_rows % threads:
       return 1
     return threads

@@ -207,14 +207,15 @@ def test_set_overrides_and_errors():
     C.apply_overrides(cfg, ["recipe.nope=1"])
 
 
-def test_update_threads_give_the_same_update(env, tmp_path):
+def test_host_threads_give_the_same_update(env, tmp_path):
   """A mini-batch's update split over 2 host threads equals the single-program update."""
   params = {}
   for threads in (1, 2):
     trainer = make_trainer(env, base_config(tmp_path / str(threads), steps=1,
-                                            update_threads=threads))
+                                            host_threads=threads))
     try:
       assert trainer._update_threads(8, 1) == threads
+      assert trainer._update_threads(8, 2) == 1 and trainer._update_threads(7, 1) == 1
       records = trainer.run()
     finally:
       trainer.close()
@@ -224,9 +225,5 @@ def test_update_threads_give_the_same_update(env, tmp_path):
   # two paths agree far within that (gradients near 0 move by lr * g / eps instead)
   for a, b in zip(params[1], params[2]):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5)
-  bad = make_trainer(env, base_config(tmp_path / "bad", update_threads=-1))
-  try:
-    with pytest.raises(ValueError, match="update_threads must be >= 0"):
-      bad._update_threads(8, 1)
-  finally:
-    bad.close()
+  with pytest.raises(ValueError, match="host_threads must be >= 0"):
+    make_trainer(env, base_config(tmp_path / "bad", host_threads=-1))
