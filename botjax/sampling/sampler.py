@@ -325,6 +325,12 @@ class Sampler:
     self.last_num_steps = functools.reduce(jnp.maximum, [st for _, st in results])
     return out
 
+  def close(self) -> None:
+    """Stops the host threads of `host_threads` > 1 (a later `generate` starts them again)."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
+
   def _run(self, params, ids, mask, active, stops, key, max_new, *, n, tb, row_offset):
     """One call of the jitted program (rows sharded over the mesh when there is one)."""
     args = (params, ids, mask, active, stops, key, np.int32(max_new), np.int32(row_offset))

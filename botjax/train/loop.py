@@ -269,6 +269,7 @@ class RLTrainer:
                        f"{self.sampling}")
     if cfg.host_threads < 0:
       raise ValueError(f"host_threads must be >= 0 (0 = automatic), got {cfg.host_threads}")
+    self._own_sampler = sampler is None
     self.sampler = sampler or Sampler(model, model.config, self.sampling, mesh=mesh,
                                       host_threads=cfg.host_threads or None)
     self.optimizer = step_lib.make_optimizer(cfg.optim, cfg.steps * cfg.ppo_epochs * cfg.mini_batches)
@@ -694,6 +695,11 @@ class RLTrainer:
     return {f"eval/{k}" if not k.startswith("eval/") else k: v for k, v in out.items()}
 
   def close(self):
-    """Stops the reward workers and flushes pending checkpoint writes."""
+    """Stops the reward workers and update threads, flushes pending checkpoint writes."""
     self.pool.close()
+    for fn in self._update_fns.values():
+      if isinstance(fn, step_lib.ParallelUpdate):
+        fn.close()
+    if self._own_sampler:
+      self.sampler.close()
     self.checkpointer.close()

@@ -415,6 +415,10 @@ class ParallelUpdate:
     return self._apply(state, [g for _, _, g in results], [l for l, _, _ in results],
                        [s for _, s, _ in results])
 
+  def close(self) -> None:
+    """Stops the threads (after any slice in flight)."""
+    self._pool.shutdown(wait=True)
+
 
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
   """Jitted `(params, input_ids, positions, attention_mask, T, U=0) -> (logp, entropy)`.

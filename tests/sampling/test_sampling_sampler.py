@@ -243,5 +243,7 @@ def test_host_threads_give_the_same_completions(model, sampling, threads):
   assert int(many.last_num_steps) == int(one.last_num_steps)
   one_prompt = many.generate(prompts[:1], jax.random.key(5), n=3)    # fewer prompts than threads
   np.testing.assert_array_equal(one_prompt.tokens, np.asarray(a.tokens)[:3])
+  many.close()                                     # a later call starts the threads again
+  np.testing.assert_array_equal(many.generate(prompts, jax.random.key(5), n=3).tokens, a.tokens)
   with pytest.raises(ValueError, match="host_threads must be an int >= 1"):
     Sampler(model, CFG, sampling.config, host_threads=0)
