@@ -205,7 +205,8 @@ def _attend_bwd(res, d_out):
     d_k = jnp.einsum("BKHQ,BKQS->BKHS", qh_t, d_scores)
     # A second barrier keeps the products' [B, K, H, S] outputs: XLA would otherwise fold
     # the swap back into them when a consumer slices them (a prefix's keys, see
-    # `Decoder.shared_prefix`), making them transposed-operand products again.
+    # `Decoder.shared_prefix`), making them transposed-operand products again (update with
+    # shared prompts 0.141 -> 0.134 s, A/B in one process).
     d_k, d_v = jax.lax.optimization_barrier((d_k, d_v))
     d_k, d_v = jnp.swapaxes(d_k, 2, 3), jnp.swapaxes(d_v, 2, 3)
   else:

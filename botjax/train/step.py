@@ -127,7 +127,9 @@ def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_
   log-softmax run over chunks of completion positions, so [B, T, V] never exists at once.
   With `num_prompts` = U > 0, rows whose prompt columns are identical (a GRPO group) share
   one forward pass of their prompt (`Decoder.shared_prefix`): the prompt tokens go through
-  the layers U times instead of B times. Same values up to float rounding.
+  the layers U times instead of B times. Same values up to float rounding. (The RL update of
+  `benchmarks/rl_step.py`, 16 prompts of about 24 tokens x 8 completions of 64: 0.166 ->
+  0.141 s, A/B in one process.)
 
   Args:
     graphdef, params, rest: the split model.
