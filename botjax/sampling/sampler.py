@@ -302,8 +302,9 @@ class Sampler:
     # Host-parallel: contiguous runs of prompts, each padded to its own batch bucket, with the
     # row keys of their place in the whole batch.
     bounds = np.linspace(0, num, parts + 1).round().astype(int)
-    if self._pool is None or self._pool._max_workers < parts:
-      self._pool = concurrent.futures.ThreadPoolExecutor(parts, thread_name_prefix="sampler")
+    if self._pool is None:
+      self._pool = concurrent.futures.ThreadPoolExecutor(self.host_threads,
+                                                         thread_name_prefix="sampler")
 
     def part(i):
       lo, hi = int(bounds[i]), int(bounds[i + 1])
