@@ -157,7 +157,8 @@ class Sampler:
       without a mesh, else 1. A decode step of a small model is a chain of small kernels that
       XLA:CPU runs one after the other on one core; two independent loops keep both cores
       busy (64-token sampling of 128 rows on 2 cores: 2 halves in 2 threads took 0.75x the
-      time of the whole batch in one loop, measured).
+      time of the whole batch in one loop, measured). A call whose parts the batch buckets
+      would pad to more rows than the whole runs as one program.
   """
 
   def __init__(self, model: Any, model_config: Any, sampling_config: SamplingConfig, *,
@@ -291,6 +292,11 @@ class Sampler:
     if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
       key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
     parts = min(self.host_threads, num)
+    bounds = np.linspace(0, num, parts + 1).round().astype(int)
+    sizes = [self.buckets(int(hi - lo), lp, int(max_new), n)[0]
+             for lo, hi in zip(bounds[:-1], bounds[1:])]
+    if sum(sizes) > pb:   # the parts' batch buckets would pad them to more rows than the call
+      parts = 1
     if parts == 1:
       out, steps = self._run(params, padded_ids, padded_mask, active, stops, key, max_new,
                              n=n, tb=tb, row_offset=0)
@@ -301,14 +307,12 @@ class Sampler:
       return out
     # Host-parallel: contiguous runs of prompts, each padded to its own batch bucket, with the
     # row keys of their place in the whole batch.
-    bounds = np.linspace(0, num, parts + 1).round().astype(int)
     if self._pool is None:
       self._pool = concurrent.futures.ThreadPoolExecutor(self.host_threads,
                                                          thread_name_prefix="sampler")
 
     def part(i):
-      lo, hi = int(bounds[i]), int(bounds[i + 1])
-      size = self.buckets(hi - lo, lp, int(max_new), n)[0]
+      lo, hi, size = int(bounds[i]), int(bounds[i + 1]), sizes[i]
       rows = np.zeros((size,), np.int32)
       rows[:hi - lo] = np.arange(lo, hi)
       rows[hi - lo:] = num                     # dummy rows (padded_mask gives them one token)

@@ -247,3 +247,15 @@ def test_host_threads_give_the_same_completions(model, sampling, threads):
   np.testing.assert_array_equal(many.generate(prompts, jax.random.key(5), n=3).tokens, a.tokens)
   with pytest.raises(ValueError, match="host_threads must be an int >= 1"):
     Sampler(model, CFG, sampling.config, host_threads=0)
+
+
+def test_host_threads_do_not_split_into_more_padded_rows(model, sampling):
+  """With one batch bucket of 8, two halves of 4 prompts would each be padded to 8 rows: the
+  call runs as one program, its rows not doubled."""
+  cfg = dataclasses.replace(sampling.config, batch_buckets=(8,))
+  many = Sampler(model, CFG, cfg, host_threads=2)
+  out = many.generate([[1, 2], [3], [4, 5, 6], [7, 8]] * 2, jax.random.key(1), n=1)
+  assert many.num_compiled() == 1 and many._pool is None and out.tokens.shape[0] == 8
+  one = Sampler(model, CFG, cfg, host_threads=1).generate([[1, 2], [3], [4, 5, 6], [7, 8]] * 2,
+                                                        jax.random.key(1), n=1)
+  np.testing.assert_array_equal(out.tokens, one.tokens)
