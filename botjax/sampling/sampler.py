@@ -14,7 +14,8 @@ inside one generation bucket share one program. Parameters are an argument of th
 function (split once from the NNX module), so new parameters between RL steps do not recompile.
 
 Randomness: row r draws token t with key `fold_in(fold_in(key, r), t)`, so the same key gives the
-same completions whatever the sharding and whatever the padding of the batch.
+same completions whatever the sharding, the padding of the batch, and the number of host threads
+that generate parts of it (`host_threads`).
 """
 
 from __future__ import annotations
