@@ -293,11 +293,12 @@ class Sampler:
     if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
       key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
     parts = min(self.host_threads, num)
-    bounds = np.linspace(0, num, parts + 1).round().astype(int)
-    sizes = [self.buckets(int(hi - lo), lp, int(max_new), n)[0]
-             for lo, hi in zip(bounds[:-1], bounds[1:])]
-    if sum(sizes) > pb:   # the parts' batch buckets would pad them to more rows than the call
-      parts = 1
+    if parts > 1:
+      bounds = np.linspace(0, num, parts + 1).round().astype(int)
+      sizes = [self.buckets(int(hi - lo), lp, int(max_new), n)[0]
+               for lo, hi in zip(bounds[:-1], bounds[1:])]
+      if sum(sizes) > pb:   # the parts' batch buckets would pad them to more rows than the call
+        parts = 1
     if parts == 1:
       out, steps = self._run(params, padded_ids, padded_mask, active, stops, key, max_new,
                              n=n, tb=tb, row_offset=0)
@@ -314,13 +315,12 @@ class Sampler:
 
     def part(i):
       lo, hi, size = int(bounds[i]), int(bounds[i + 1]), sizes[i]
-      rows = np.zeros((size,), np.int32)
+      # Padding rows repeat the last row of the whole call (inactive here, so never decoded).
+      rows = np.full((size,), pb - 1, np.int32)
       rows[:hi - lo] = np.arange(lo, hi)
-      rows[hi - lo:] = num                     # dummy rows (padded_mask gives them one token)
-      pad_rows = np.minimum(rows, pb - 1)
       act = np.arange(size) < hi - lo
-      o, st = self._run(params, padded_ids[pad_rows], padded_mask[pad_rows], act,
-                        stops[pad_rows], key, max_new, n=n, tb=tb, row_offset=lo * n)
+      o, st = self._run(params, padded_ids[rows], padded_mask[rows], act, stops[rows], key,
+                        max_new, n=n, tb=tb, row_offset=lo * n)
       o = jax.tree.map(lambda x: x[:(hi - lo) * n], o)
       jax.block_until_ready(o.tokens)
       return o.replace(group_ids=o.group_ids + lo, num_groups=num), st

@@ -23,12 +23,15 @@ Message = Mapping[str, str]
 Prompt = str | Sequence[Message]
 
 
-def _backend(tokenizer: Any) -> Tokenizer | None:
-  """The Rust `tokenizers.Tokenizer` behind a tokenizer, or None for pure-Python tokenizers."""
+def _backend(tokenizer: Any) -> Tokenizer:
+  """The Rust `tokenizers.Tokenizer` behind a tokenizer; TypeError for pure-Python ones."""
   if isinstance(tokenizer, Tokenizer):
     return tokenizer
   backend = getattr(tokenizer, "backend_tokenizer", None)
-  return backend if isinstance(backend, Tokenizer) else None
+  if not isinstance(backend, Tokenizer):
+    raise TypeError(f"{type(tokenizer).__name__} has no Rust `tokenizers` backend; pass a fast "
+                    "tokenizer (transformers TokenizersBackend) or a tokenizers.Tokenizer")
+  return backend
 
 
 def decode_with_offsets(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
@@ -65,9 +68,6 @@ def decode_with_offsets(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[t
       offsets[j] = (start, length)
     pending.clear()
 
-  if backend is None:
-    raise TypeError(f"{type(tokenizer).__name__} has no Rust `tokenizers` backend; pass a fast "
-                    "tokenizer (transformers TokenizersBackend) or a tokenizers.Tokenizer")
   stream = DecodeStream(skip_special_tokens=False)
   for i, token in enumerate(ids):
     offsets.append((length, length))
@@ -189,9 +189,6 @@ def decode_completions(tokenizer: Any, output: SampleOutput,
       (output.tokens, output.lengths, output.finish_reason, output.group_ids))
   tokens, lengths = np.asarray(tokens), np.asarray(lengths)
   backend = _backend(tokenizer)
-  if backend is None:
-    raise TypeError(f"{type(tokenizer).__name__} has no Rust `tokenizers` backend; pass a fast "
-                    "tokenizer (transformers TokenizersBackend) or a tokenizers.Tokenizer")
   rows = [tokens[b, :int(lengths[b])].tolist() for b in range(tokens.shape[0])]
   stopped = [int(finish[b]) == FINISH_STOP and len(rows[b]) > 0 for b in range(len(rows))]
   # The texts in one batched call (the stop token that ended a row is not part of its text).

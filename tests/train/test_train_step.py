@@ -38,16 +38,21 @@ def make_batch(model, seed=0, adv_scale=1.0):
     ids[b, LP - plen[b]:LP] = rng.integers(3, v, plen[b])
     ids[b, LP:LP + clen[b]] = rng.integers(3, v, clen[b])
     attn[b, LP - plen[b]:LP + clen[b]] = True
+  adv = np.where(attn[:, LP:], rng.normal(size=(B, T)) * adv_scale, 0.0).astype(np.float32)
+  return _rl_batch(model, ids, attn, adv)
+
+
+def _rl_batch(model, ids, attn, adv):
+  """An on-policy RLBatch for prompt + completion rows (old_logp from the model itself)."""
   pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
   mask = attn[:, LP:]
   graphdef, params, rest = step_lib.split_model(model)
   logp, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
-  adv = np.where(mask, rng.normal(size=(B, T)) * adv_scale, 0.0).astype(np.float32)
   return step_lib.RLBatch(
       input_ids=jnp.asarray(ids), positions=jnp.asarray(pos), attention_mask=jnp.asarray(attn),
       old_logp=jnp.where(mask, logp, 0.0), ref_logp=jnp.where(mask, logp - 0.1, 0.0),
       advantages=jnp.asarray(adv), loss_mask=jnp.asarray(mask),
-      seq_weights=jnp.ones((B,), jnp.float32))
+      seq_weights=jnp.ones((ids.shape[0],), jnp.float32))
 
 
 def loss_of(graphdef, rest, params, batch, recipe):
@@ -230,16 +235,8 @@ def make_grouped_batch(model, groups, seed=0):
     ids[b, LP - plen[g]:LP] = prompts[g]
     ids[b, LP:LP + clen[b]] = rng.integers(3, v, clen[b])
     attn[b, LP - plen[g]:LP + clen[b]] = True
-  pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
-  mask = attn[:, LP:]
-  graphdef, params, rest = step_lib.split_model(model)
-  logp, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
-  adv = np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32)
-  return step_lib.RLBatch(
-      input_ids=jnp.asarray(ids), positions=jnp.asarray(pos), attention_mask=jnp.asarray(attn),
-      old_logp=jnp.where(mask, logp, 0.0), ref_logp=jnp.where(mask, logp - 0.1, 0.0),
-      advantages=jnp.asarray(adv), loss_mask=jnp.asarray(mask),
-      seq_weights=jnp.ones((len(groups),), jnp.float32))
+  adv = np.where(attn[:, LP:], rng.normal(size=(len(groups), T)), 0.0).astype(np.float32)
+  return _rl_batch(model, ids, attn, adv)
 
 
 def test_group_prompts_numbers_distinct_prompts_in_order_of_first_row():
