@@ -109,8 +109,11 @@ def test_worker_timeout_and_crash_are_failures_and_workers_come_back(pool):
   worker.request({"op": "modules"}, timeout_s=60)
   old_dir = worker.tmpdir
   assert os.path.isdir(old_dir)
+  # A stopped worker cannot reply, so the time limit fires however loaded the machine is (a tiny
+  # limit alone raced a warm worker that replied before the reply queue was read).
+  os.killpg(worker.proc.pid, signal.SIGSTOP)
   with pytest.raises(TimeoutError, match="time limit"):
-    worker.request({"source": GOOD, "lint": True}, timeout_s=1e-4)
+    worker.request({"source": GOOD, "lint": True}, timeout_s=0.5)
   assert worker.proc is None and not os.path.exists(old_dir)  # its temporary directory is gone
   worker.request({"source": GOOD}, timeout_s=60)  # restarted on demand
   os.killpg(worker.proc.pid, signal.SIGKILL)
@@ -119,7 +122,9 @@ def test_worker_timeout_and_crash_are_failures_and_workers_come_back(pool):
   assert [r.ok for r in results] == [True, False, True, True]
   assert pool.restarts >= 2
 
-  with tc.NodePool(size=1, timeout_s=1e-3) as tiny:
+  with tc.NodePool(size=1, timeout_s=0.5) as tiny:
+    tiny._workers[0].request({"op": "modules"}, timeout_s=60)  # started, then stopped
+    os.killpg(tiny._workers[0].proc.pid, signal.SIGSTOP)
     [res] = tiny.check([GOOD])
     assert not res.ok and "time limit" in res.error and tiny.failures == 1
     assert res.diagnostics[0].source == "toolchain"

@@ -204,13 +204,13 @@ class NodeWorker:
       self._start()
     self._next_id += 1
     req = dict(req, id=self._next_id)
+    deadline = time.monotonic() + timeout_s  # the limit counts from before the write
     try:
       self.proc.stdin.write((json.dumps(req) + "\n").encode())
       self.proc.stdin.flush()
     except (BrokenPipeError, OSError) as e:
       self.kill()
       raise RuntimeError(f"toolchain worker died: {e}") from e
-    deadline = time.monotonic() + timeout_s
     while True:
       try:
         line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
