@@ -12,6 +12,7 @@ summation order, for every aggregation mode.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 from typing import Any, NamedTuple
 
@@ -373,7 +374,6 @@ class ParallelUpdate:
 
   def __init__(self, graphdef, rest, recipe, optimizer, *, parts: int, temperature=1.0,
                chunk=128, num_prompts=0, donate=True):
-    import concurrent.futures
     if parts < 2:
       raise ValueError(f"ParallelUpdate needs parts >= 2, got {parts}")
     self.parts = parts

@@ -1,6 +1,8 @@
 """Compile (esbuild), lint (ESLint 9), type-check (tsc) and CSS (Tailwind) through the Node pool."""
+import contextlib
 import os
 import signal
+import threading
 
 import pytest
 
@@ -104,15 +106,33 @@ def test_missing_default_export_gets_one_appended(pool):
   assert res.ok and res.bundle
 
 
+@contextlib.contextmanager
+def _stopped(proc, resume_after_s: float = 20.0):
+  """Stops a worker's process group, so it cannot reply and its time limit must fire.
+
+  A stopped worker does not reply however loaded the machine is (a tiny limit alone raced a warm
+  worker that replied before the reply queue was read). It is resumed after `resume_after_s` if
+  still there, so a time limit that never fires fails the test instead of hanging it.
+  """
+  def resume():
+    with contextlib.suppress(ProcessLookupError):
+      os.killpg(proc.pid, signal.SIGCONT)
+
+  os.killpg(proc.pid, signal.SIGSTOP)
+  timer = threading.Timer(resume_after_s, resume)
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()
+
+
 def test_worker_timeout_and_crash_are_failures_and_workers_come_back(pool):
   worker = pool._workers[0]
   worker.request({"op": "modules"}, timeout_s=60)
   old_dir = worker.tmpdir
   assert os.path.isdir(old_dir)
-  # A stopped worker cannot reply, so the time limit fires however loaded the machine is (a tiny
-  # limit alone raced a warm worker that replied before the reply queue was read).
-  os.killpg(worker.proc.pid, signal.SIGSTOP)
-  with pytest.raises(TimeoutError, match="time limit"):
+  with _stopped(worker.proc), pytest.raises(TimeoutError, match="time limit"):
     worker.request({"source": GOOD, "lint": True}, timeout_s=0.5)
   assert worker.proc is None and not os.path.exists(old_dir)  # its temporary directory is gone
   worker.request({"source": GOOD}, timeout_s=60)  # restarted on demand
@@ -124,8 +144,8 @@ def test_worker_timeout_and_crash_are_failures_and_workers_come_back(pool):
 
   with tc.NodePool(size=1, timeout_s=0.5) as tiny:
     tiny._workers[0].request({"op": "modules"}, timeout_s=60)  # started, then stopped
-    os.killpg(tiny._workers[0].proc.pid, signal.SIGSTOP)
-    [res] = tiny.check([GOOD])
+    with _stopped(tiny._workers[0].proc):
+      [res] = tiny.check([GOOD])
     assert not res.ok and "time limit" in res.error and tiny.failures == 1
     assert res.diagnostics[0].source == "toolchain"
 
