@@ -21,7 +21,7 @@ no noise). Runs shared by several ablations (the base) run once. Each ablation w
 `<workdir>/<ablation>.png` (held-out accuracy and mean reward, mean over seeds with a min–max
 band) and `<workdir>/<ablation>.md` (a table of start / final / best accuracy, peak-to-final
 drop and steps to thresholds, with run times). Runs resume from their metrics when finished.
-Wiring only: the pipeline lives in `botjax.train.arith`.
+Wiring only: the pipeline lives in `botjax.testbeds.arith`.
 """
 
 import dataclasses
@@ -88,7 +88,7 @@ def run_dir(variant: Variant, seed: int) -> str:
 
 
 def train_config(seed: int, path: str):
-  from botjax.train import arith
+  from botjax.testbeds import arith
   cfg = arith.quickstart_config("bot_grpo", seed=seed, workdir=path, steps=FLAGS.steps,
                                 overrides=FLAGS.set)
   return dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
@@ -103,7 +103,7 @@ def finished_seconds(variant: Variant, seed: int) -> float | None:
 def run_one(prepared, variant: Variant, seed: int) -> float:
   """Trains one run (from scratch: a half-finished run without checkpoints restarts)."""
   import shutil
-  from botjax.train import arith
+  from botjax.testbeds import arith
   path = run_dir(variant, seed)
   if os.path.isdir(path):
     shutil.rmtree(path)
@@ -213,7 +213,8 @@ def main(argv):
           todo.append((v, s))
   mine = [x for j, x in enumerate(todo) if j % n == i]
   if not FLAGS.report_only:
-    from botjax.train import arith, config as config_lib
+    from botjax.testbeds import arith
+    from botjax.train import config as config_lib
     setup = config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm)
     prepared = arith.prepare(FLAGS.workdir, setup)
     left = [(v, s) for v, s in mine if finished_seconds(v, s) is None]

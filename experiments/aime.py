@@ -8,7 +8,7 @@ r"""AIME with BoT-GRPO (GitHub issue 6): the paper's recipe on a Hugging Face ch
 Defaults follow the paper: BoT-GRPO, 8 prompts x 8 samples, lr 5e-7, w_g 3.0, w_s 0.5, error
 propagation, window 3. `--checkpoint` defaults to botjax.models.HF_REPOS[--model] looked up in the HF cache only
 (never downloaded). `--model=tiny` instead builds (or reuses) the arithmetic warm start under
---workdir (`botjax.train.arith.prepare`, shrink it with --warm) and judges steps exactly
+--workdir (`botjax.testbeds.arith.prepare`, shrink it with --warm) and judges steps exactly
 (ExactArithmeticJudge), with the quick-start's CPU-sized settings. A run resumes from its workdir;
 --resume=false refuses a workdir that already holds a run. Pass@k (k = 1, 2, 4), avg@n and maj@k
 go to `<workdir>/eval.json` every --eval_every steps, after training, and with --eval_only.
@@ -60,7 +60,8 @@ KS = (1, 2, 4)
 
 
 def train_config(tiny):
-  from botjax.train import arith, config as config_lib
+  from botjax.testbeds import arith
+  from botjax.train import config as config_lib
   if tiny:
     cfg = arith.quickstart_config(FLAGS.algo, workdir=FLAGS.workdir, steps=FLAGS.steps)
   else:
@@ -111,7 +112,7 @@ def build(cfg, tiny):
   from botjax.models.sharding import make_mesh
   from botjax.rewards import (ExactArithmeticJudge, JudgeUnavailable, MathReward, OpenAIStepJudge,
                               is_correct)
-  from botjax.train import arith
+  from botjax.testbeds import arith
   from botjax.train.loop import ListPrompts
   if tiny:
     from botjax.train.config import apply_overrides

@@ -5,7 +5,7 @@ r"""The embedded CPU quick-start: GRPO vs BoT-GRPO on the step-verified arithmet
 
 Writes to --workdir: the cached warm start, per-run metrics JSONL, `quickstart.png` (held-out
 accuracy and mean reward against step) and `quickstart.md` (steps to accuracy thresholds, final
-accuracy). Wiring only: the pipeline lives in `botjax.train.arith`.
+accuracy). Wiring only: the pipeline lives in `botjax.testbeds.arith`.
 """
 
 import os
@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
 from botjax.models import sharding
-from botjax.train import arith, report  # noqa: E402
+from botjax.testbeds import arith  # noqa: E402
+from botjax.train import report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
 from botjax.train.writer import read_jsonl  # noqa: E402
 

@@ -21,7 +21,7 @@ for each side (a workdir's hf_final/ or any HF checkpoint dir) and writes the AB
 win rate of A over B (ties 0.5) to compare.json and compare.png.
 
 `--model=tiny` builds (or reuses) a tiny model warm-started on template components
-(`botjax.train.react_tiny`; shrink it with --warm); its samples seldom make good apps, but every
+(`botjax.testbeds.react_tiny`; shrink it with --warm); its samples seldom make good apps, but every
 reward component, the sandbox and the line -> token mapping run for real. Errors a user can fix
 (missing weights, toolchain, unreachable judge, bad flags) exit 2 with what to do.
 """
@@ -161,7 +161,7 @@ def load_policy(tiny):
   from botjax.models.sharding import make_mesh
   from botjax.rewards import react
   if tiny:
-    from botjax.train import react_tiny
+    from botjax.testbeds import react_tiny
     from botjax.train.config import apply_overrides
     setup = _user(lambda: apply_overrides(react_tiny.TinyReactSetup(
         test_fraction=FLAGS.test_fraction), FLAGS.warm))

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "react.py")
-sys.path.insert(0, os.path.join(ROOT, "tests", "react"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "rewards", "react"))
 from _react_openai_server import OpenAIServer, images, texts  # noqa: E402
 
 # 80 warm-start steps: about half of the samples hold a component, so every reward part runs

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from botjax import data as data_lib
 from botjax.rewards.react import prompts as prompts_lib
-from botjax.train import arith
+from botjax.testbeds import arith
 
 FLAWS = ("unused_variable", "missing_key", "var", "missing_brace", "bad_import")
 GENERATOR_VERSION = 2          # part of the cache key: bump when `component` changes

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from botjax.rewards import react
-from botjax.train import react_tiny as R
+from botjax.testbeds import react_tiny as R
 
 REQUEST = "A counter app with a big {button} and a 'reset' link."
 
