@@ -1,4 +1,4 @@
-"""Prompt datasets: the synthetic arithmetic task, AIME-style problem files, templates, tokenizer.
+"""Prompt datasets: the arithmetic task, the AIME 1983–2024 set, problem files, templates, tokenizer.
 
 Plain Python and numpy; `transformers`/`tokenizers` are imported only by `build_tokenizer`, and
 the optional readers (`pyarrow`, `datasets`, `tensorflow_datasets`) only by their loaders.
@@ -22,20 +22,25 @@ from botjax.data.arithmetic import (
 )
 from botjax.data.dataset import PromptDataset
 from botjax.data.loaders import (
+    AIME_1983_2024,
     AIME_1983_2024_FIELDS,
-    DataFormatError,
+    AIME_1983_2024_SOURCE,
     builtin_aime_sample,
-    load_csv,
+    describe_source,
     load_hf_dataset,
-    load_json,
-    load_jsonl,
-    load_parquet,
-    load_records,
     load_source,
     load_tfds,
     prepare_tfds,
     split_by_year,
     split_random,
+)
+from botjax.data.records import (
+    DataFormatError,
+    load_csv,
+    load_json,
+    load_jsonl,
+    load_parquet,
+    load_records,
     validate_record,
     validate_records,
 )
@@ -49,7 +54,8 @@ from botjax.data.templates import (
 from botjax.data.tokenizer import CHAT_TEMPLATE, build_tokenizer, chatml, task_corpus
 
 __all__ = [
-    "AIME_1983_2024_FIELDS", "DataFormatError", "PromptDataset", "builtin_aime_sample",
+    "AIME_1983_2024", "AIME_1983_2024_FIELDS", "AIME_1983_2024_SOURCE", "DataFormatError",
+    "describe_source", "PromptDataset", "builtin_aime_sample",
     "load_csv", "load_hf_dataset", "load_json", "load_jsonl", "load_parquet", "load_records", "load_source",
     "load_tfds", "prepare_tfds", "split_by_year", "split_random", "validate_record",
     "validate_records",

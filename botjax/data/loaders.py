@@ -1,23 +1,27 @@
-"""Problem files and hubs → validated prompt records; train/eval splits.
+"""Prompt sources (the AIME 1983–2024 set on the Hugging Face Hub, other hub datasets, TFDS, the
+built-in sample, local files) → validated prompt records; train/eval splits.
 
 A prompt record is a dict with `problem` (non-empty str) and `answer` (str; ints are converted),
-and optionally `id` (str) and `year` (int); other fields pass through unchanged. Every loader
-checks each record and raises `DataFormatError` naming the file, the line (JSONL, 1-based) or
-row (Parquet/CSV, 0-based data row) and the missing or malformed field.
+and optionally `id` (str) and `year` (int); other fields pass through unchanged. Record
+validation and the local file readers live in `botjax.data.records` and are re-exported here.
 
 Sources:
 
+- the AIME 1983–2024 problem set (933 problems; Veeraboina 2024, on Kaggle and on the Hugging
+  Face Hub as `di-zhang-fdu/AIME_1983_2024`), spec `hf:di-zhang-fdu/AIME_1983_2024`
+  (`AIME_1983_2024_SOURCE`), the training data of the BoT-GRPO paper (arXiv 2610.09804);
+- Hugging Face `datasets` (`load_hf_dataset`): downloaded into the HF cache when online, read
+  from it when offline (`HF_HUB_OFFLINE=1`);
 - local files: JSONL (`.jsonl`), a JSON array (`.json`), Parquet (`.parquet`, needs `pyarrow`),
-  CSV (`.csv`, e.g. the Kaggle "AIME 1983–2024" file with `field_map=AIME_1983_2024_FIELDS`);
-- Hugging Face `datasets` (`load_hf_dataset`; needs network or a filled cache);
+  CSV (`.csv`, e.g. the Kaggle AIME 1983–2024 file with `field_map=AIME_1983_2024_FIELDS`);
 - TensorFlow Datasets with the `array_record` file format (`prepare_tfds` / `load_tfds`; needs
   `tensorflow-datasets`, not tensorflow), see `botjax/data/tfds_prompts.py`;
-- the built-in sample `builtin_aime_sample()`.
+- the built-in sample `builtin_aime_sample()` (15 AIME-style problems, for tests and CPU demos).
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import hashlib
 import json
 import os
@@ -26,212 +30,44 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-REQUIRED_FIELDS = ("problem", "answer")
-OPTIONAL_FIELDS = ("id", "year")
-EXPECTED = ("expected fields: problem (non-empty str), answer (str or int), "
-            "optional id (str or int), year (int)")
-# Column names of the Kaggle "AIME Problem Set 1983-2024" CSV (Veeraboina, 2024).
+from botjax.data.records import (  # noqa: F401  (re-exported)
+    EXPECTED,
+    OPTIONAL_FIELDS,
+    REQUIRED_FIELDS,
+    DataFormatError,
+    load_csv,
+    load_json,
+    load_jsonl,
+    load_parquet,
+    load_records,
+    validate_record,
+    validate_records,
+)
+
+# The AIME 1983–2024 problem set (Veeraboina, 2024): one CSV, `AIME_Dataset_1983_2024.csv`, with
+# the columns ID ("1983-1", "2024-II-4"), Year, Problem Number, Question, Answer, Part ("I"/"II",
+# empty before 2000). 933 problems: AIME 1983–2023 and AIME 2024 II.
+AIME_1983_2024 = "di-zhang-fdu/AIME_1983_2024"
+AIME_1983_2024_SOURCE = "hf:" + AIME_1983_2024
 AIME_1983_2024_FIELDS = {"id": "ID", "year": "Year", "problem": "Question", "answer": "Answer"}
+# Hub datasets whose columns botjax knows: `load_source("hf:<name>")` applies the field map.
+HF_FIELD_MAPS = {AIME_1983_2024: AIME_1983_2024_FIELDS}
+BUILTIN_SOURCES = ("builtin:aime_sample",)
 
 
-class DataFormatError(ValueError):
-  """A record of a problem file does not have the expected fields or types."""
-
-
-def _where(source: str, location: str) -> str:
-  return f"{source}: {location}" if location else source
-
-
-def validate_record(raw: Mapping[str, Any], *, source: str = "<records>", location: str = "",
-                    field_map: Mapping[str, str] | None = None,
-                    default_id: str | None = None) -> dict[str, Any]:
-  """Checks one raw record and returns it in canonical form.
-
-  Args:
-    raw: the record as read (a JSON object, a table row).
-    source: file or dataset name, for error messages.
-    location: e.g. "line 3" or "row 2", for error messages.
-    field_map: canonical field name → name in `raw`, e.g. `{"problem": "Question"}`. Source
-      fields not named in the map keep their names.
-    default_id: the `id` to use when the record has none.
-
-  Returns:
-    A new dict with `problem` (str), `answer` (str, stripped), `id` (str), `year` (int, only if
-    present) and every other field of `raw`.
-
-  Raises:
-    DataFormatError: naming the source, the location and the field.
-  """
-  where = _where(source, location)
-  if not isinstance(raw, Mapping):
-    raise DataFormatError(f"{where}: expected an object with fields, got "
-                          f"{type(raw).__name__} {str(raw)[:60]!r}; {EXPECTED}")
-  field_map = dict(field_map or {})
-  unknown = sorted(set(field_map) - set(REQUIRED_FIELDS + OPTIONAL_FIELDS))
-  if unknown:
-    raise ValueError(f"field_map keys {unknown} are not record fields; valid keys are "
-                     f"{list(REQUIRED_FIELDS + OPTIONAL_FIELDS)}")
-  renamed = {src: dst for dst, src in field_map.items()}
-  record = {k: v for k, v in raw.items() if k not in renamed}
-  for src, dst in renamed.items():  # a mapped column wins over a same-named unmapped one
-    if src in raw:
-      record[dst] = raw[src]
-  for name in REQUIRED_FIELDS:
-    if name not in record or record[name] is None:
-      column = field_map.get(name, name)
-      hint = "" if name in field_map else (f"; if it has another name, pass field_map="
-                                           f"{{{name!r}: '<name in the file>'}}")
-      raise DataFormatError(f"{where}: missing required field {column!r} (found fields: "
-                            f"{sorted(raw)}); {EXPECTED}{hint}")
-  problem = record["problem"]
-  if not isinstance(problem, str) or not problem.strip():
-    raise DataFormatError(f"{where}: field {field_map.get('problem', 'problem')!r} must be a "
-                          f"non-empty string, got {type(problem).__name__} {problem!r:.60}")
-  answer = record["answer"]
-  if isinstance(answer, bool) or not isinstance(answer, (str, int)):
-    if isinstance(answer, float) and answer.is_integer():
-      answer = int(answer)  # integer answers stored as floats by table readers
-    else:
-      raise DataFormatError(f"{where}: field {field_map.get('answer', 'answer')!r} must be a "
-                            f"string or an integer, got {type(answer).__name__} {answer!r:.60}")
-  answer = str(answer).strip()
-  if not answer:
-    raise DataFormatError(f"{where}: field {field_map.get('answer', 'answer')!r} is empty")
-  record["problem"], record["answer"] = problem, answer
-  if record.get("id") is None:
-    if default_id is None:
-      raise DataFormatError(f"{where}: missing field 'id' and no default id")
-    record["id"] = default_id
-  elif isinstance(record["id"], bool) or not isinstance(record["id"], (str, int)):
-    raise DataFormatError(f"{where}: field {field_map.get('id', 'id')!r} must be a string or an "
-                          f"integer, got {type(record['id']).__name__}")
-  record["id"] = str(record["id"])
-  if "year" in record:
-    year = record["year"]
-    if year is None:
-      del record["year"]
-    else:
-      try:
-        if isinstance(year, bool) or (isinstance(year, float) and not year.is_integer()):
-          raise ValueError
-        record["year"] = int(year)
-      except (TypeError, ValueError):
-        raise DataFormatError(f"{where}: field {field_map.get('year', 'year')!r} must be an "
-                              f"integer year, got {year!r:.40}") from None
-  return record
-
-
-def validate_records(raws: Iterable[Mapping[str, Any]], *, source: str = "<records>",
-                     location: str = "item {}", start: int = 0,
-                     field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """`validate_record` on each item; ids default to `"{source-stem}-{i}"` and must be unique."""
-  stem = os.path.splitext(os.path.basename(source))[0] or "record"
-  records, seen = [], {}
-  for i, raw in enumerate(raws, start):
-    record = validate_record(raw, source=source, location=location.format(i),
-                             field_map=field_map, default_id=f"{stem}-{i}")
-    if record["id"] in seen:
-      raise DataFormatError(f"{_where(source, location.format(i))}: duplicate id "
-                            f"{record['id']!r} (first at {location.format(seen[record['id']])})")
-    seen[record["id"]] = i
-    records.append(record)
-  return records
-
-
-def load_jsonl(path: str | os.PathLike, *,
-               field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Reads a JSONL file of problems, one JSON object per line (blank lines are skipped).
-
-  Errors name the 1-based line: `aime.jsonl: line 3: missing required field 'answer' ...`.
-  """
-  path = os.fspath(path)
-  raws, lines = [], []
-  with open(path, encoding="utf-8") as f:
-    for line_no, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        raws.append(json.loads(line))
-      except json.JSONDecodeError as e:
-        raise DataFormatError(f"{path}: line {line_no}: not valid JSON ({e.msg} at column "
-                              f"{e.colno}); each line must be one object, {EXPECTED}") from None
-      lines.append(line_no)
-  records, seen = [], {}
-  stem = os.path.splitext(os.path.basename(path))[0]
-  for raw, line_no in zip(raws, lines):
-    record = validate_record(raw, source=path, location=f"line {line_no}", field_map=field_map,
-                             default_id=f"{stem}-{line_no}")
-    if record["id"] in seen:
-      raise DataFormatError(f"{path}: line {line_no}: duplicate id {record['id']!r} (first at "
-                            f"line {seen[record['id']]})")
-    seen[record["id"]] = line_no
-    records.append(record)
-  return records
-
-
-def load_json(path: str | os.PathLike, *,
-              field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Reads a JSON file holding an array of problem objects; errors name the 0-based item."""
-  path = os.fspath(path)
-  with open(path, encoding="utf-8") as f:
-    try:
-      data = json.load(f)
-    except json.JSONDecodeError as e:
-      raise DataFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-  if not isinstance(data, list):
-    raise DataFormatError(f"{path}: expected a JSON array of problem objects, got "
-                          f"{type(data).__name__}")
-  return validate_records(data, source=path, location="item {}", field_map=field_map)
-
-
-def load_parquet(path: str | os.PathLike, *,
-                 field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Reads a Parquet file of problems with `pyarrow`; errors name the column or 0-based row."""
-  try:
-    import pyarrow.parquet as pq
-  except ImportError:
-    raise ImportError("reading Parquet needs pyarrow: pip install pyarrow "
-                      "(or botjax[data])") from None
-  path = os.fspath(path)
-  table = pq.read_table(path)
-  columns = set(table.column_names)
-  for name in REQUIRED_FIELDS:
-    column = (field_map or {}).get(name, name)
-    if column not in columns:
-      raise DataFormatError(f"{path}: missing required column {column!r} (found columns: "
-                            f"{sorted(columns)}); {EXPECTED}")
-  return validate_records(table.to_pylist(), source=path, location="row {}",
-                          field_map=field_map)
-
-
-def load_csv(path: str | os.PathLike, *,
-             field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Reads a CSV file with a header row; `year` and integer answers may be written as text."""
-  path = os.fspath(path)
-  with open(path, encoding="utf-8", newline="") as f:
-    reader = csv.DictReader(f)
-    rows = list(reader)
-    columns = set(reader.fieldnames or ())
-  for name in REQUIRED_FIELDS:
-    column = (field_map or {}).get(name, name)
-    if column not in columns:
-      raise DataFormatError(f"{path}: missing required column {column!r} (found columns: "
-                            f"{sorted(columns)}); {EXPECTED}")
-  return validate_records(rows, source=path, location="row {}", field_map=field_map)
-
-
-_READERS = {".jsonl": load_jsonl, ".json": load_json, ".parquet": load_parquet,
-            ".csv": load_csv}
-
-
-def load_records(path: str | os.PathLike, *,
-                 field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Reads a problem file, choosing the reader by its suffix (.jsonl, .json, .parquet, .csv)."""
-  suffix = os.path.splitext(os.fspath(path))[1].lower()
-  if suffix not in _READERS:
-    raise ValueError(f"{os.fspath(path)}: unknown file type {suffix!r}; expected one of "
-                     f"{sorted(_READERS)}")
-  return _READERS[suffix](path, field_map=field_map)
+def describe_source(spec: str | os.PathLike) -> str:
+  """A one-line human description of a `load_source` spec (no data is read)."""
+  spec = os.fspath(spec)
+  if spec == AIME_1983_2024_SOURCE:
+    return (f"AIME 1983–2024 problem set (933 problems, Hugging Face Hub dataset "
+            f"{AIME_1983_2024})")
+  if spec == "builtin:aime_sample":
+    return "botjax's built-in sample of 15 AIME-style problems (not contest problems)"
+  if spec.startswith("hf:"):
+    return f"Hugging Face Hub dataset {spec[3:]}"
+  if spec.startswith("tfds:"):
+    return f"TFDS dataset prepared at {spec[5:]}"
+  return f"local file {spec}"
 
 
 def builtin_aime_sample() -> list[dict[str, Any]]:
@@ -248,17 +84,42 @@ def builtin_aime_sample() -> list[dict[str, Any]]:
                           source="builtin/aime_sample.jsonl", location="line {}", start=1)
 
 
+_TRUE = ("1", "on", "yes", "true")
+
+
+def hub_offline() -> bool:
+  """True when `HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE` is set now (read at call time)."""
+  return any(os.environ.get(v, "").strip().lower() in _TRUE
+             for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+@contextlib.contextmanager
+def _datasets_offline(datasets_module, offline: bool):
+  """`datasets` reads HF_HUB_OFFLINE once, at import; this honours a value set later."""
+  before = datasets_module.config.HF_HUB_OFFLINE
+  datasets_module.config.HF_HUB_OFFLINE = bool(before or offline)
+  try:
+    yield
+  finally:
+    datasets_module.config.HF_HUB_OFFLINE = before
+
+
 def load_hf_dataset(name: str, split: str = "train", *, config_name: str | None = None,
-                    field_map: Mapping[str, str] | None = None,
+                    field_map: Mapping[str, str] | None = None, offline: bool | None = None,
                     **load_kwargs: Any) -> list[dict[str, Any]]:
   """Loads problems with Hugging Face `datasets.load_dataset` and validates them.
 
+  Online, a dataset missing from the cache is downloaded into it (with `datasets`' progress
+  bars); offline, only the cache is read.
+
   Args:
-    name: hub id (e.g. an AIME dataset) or a builder name such as "parquet" / "json" with
-      `data_files=` in `load_kwargs` (works offline).
+    name: hub id (e.g. `di-zhang-fdu/AIME_1983_2024`) or a builder name such as "parquet" /
+      "json" with `data_files=` in `load_kwargs`.
     split: split to load.
     config_name: dataset configuration, if any.
     field_map: canonical field → dataset column.
+    offline: read only the HF cache (default: `hub_offline()`, i.e. HF_HUB_OFFLINE or
+      HF_DATASETS_OFFLINE set).
     **load_kwargs: passed to `datasets.load_dataset` (revision, data_files, cache_dir, ...).
 
   Returns:
@@ -267,25 +128,31 @@ def load_hf_dataset(name: str, split: str = "train", *, config_name: str | None 
   Raises:
     ImportError: `datasets` is not installed.
     RuntimeError: the dataset could not be loaded (offline without a cache, unknown name); the
-      message says how to use a local file instead.
+      message says how to fix it.
   """
   try:
     import datasets
   except ImportError:
-    raise ImportError("load_hf_dataset needs Hugging Face datasets: pip install datasets "
-                      "(or botjax[data]); or read a local file with load_records(path)") from None
+    raise ImportError(f"loading the Hugging Face dataset {name!r} needs the datasets package: "
+                      "pip install datasets (or pip install 'botjax[data]'); or read a local "
+                      "file with load_records(path) / --train_data=path.csv") from None
+  offline = hub_offline() if offline is None else bool(offline)
   try:
-    ds = datasets.load_dataset(name, config_name, split=split, **load_kwargs)
+    with _datasets_offline(datasets, offline):
+      ds = datasets.load_dataset(name, config_name, split=split, **load_kwargs)
   except Exception as e:  # network, auth, missing dataset: all end the same way for the user
-    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
-                  for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    cache = load_kwargs.get("cache_dir") or datasets.config.HF_DATASETS_CACHE
+    if offline:
+      hint = (f"Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the dataset is not "
+              f"in the datasets cache at {cache}. Run once where there is network (unset "
+              f"HF_HUB_OFFLINE) to fill the cache, or copy that cache here, or")
+    else:
+      hint = "Is the machine offline, or the name wrong? Otherwise"
     raise RuntimeError(
         f"could not load Hugging Face dataset {name!r} (config {config_name!r}, split "
-        f"{split!r}): {type(e).__name__}: {e}. "
-        + ("Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) and the dataset is not "
-           "in the cache. " if offline else "Is the machine offline, or the name wrong? ")
-        + "Download it where there is network (datasets.load_dataset(...).to_json(path)) and "
-          "pass the file to load_records(path).") from e
+        f"{split!r}): {type(e).__name__}: {e}. {hint} download it where there is network "
+        "(datasets.load_dataset(...).to_csv(path)) and pass the file (load_records(path), "
+        "--train_data=path).") from e
   missing = [field_map.get(f, f) if field_map else f for f in REQUIRED_FIELDS]
   missing = [c for c in missing if c not in ds.column_names]
   if missing:
@@ -327,36 +194,43 @@ def load_tfds(data_dir: str | os.PathLike, split: str = "train") -> list[dict[st
 
 
 def load_source(spec: str | os.PathLike, *, split: str = "train",
-                field_map: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-  """Loads prompt records from a one-string source spec (for `--data=` flags).
+                field_map: Mapping[str, str] | None = None,
+                **hf_kwargs: Any) -> list[dict[str, Any]]:
+  """Loads prompt records from a one-string source spec (for `--train_data=` flags).
 
   Specs:
-    `builtin:aime_sample`   the bundled AIME-style sample (`builtin_aime_sample`);
-    `hf:<name>`             Hugging Face `datasets` (`load_hf_dataset(name, split)`);
+    `hf:di-zhang-fdu/AIME_1983_2024`  the AIME 1983–2024 set (`AIME_1983_2024_SOURCE`);
+    `hf:<name>`             Hugging Face `datasets` (`load_hf_dataset(name, split)`); a dataset
+                            of `HF_FIELD_MAPS` gets its field map unless one is given;
     `tfds:<data_dir>`       a dataset prepared by `prepare_tfds` (`load_tfds(data_dir, split)`);
+    `builtin:aime_sample`   the bundled AIME-style sample (`builtin_aime_sample`);
     anything else           a local file (`load_records`: .jsonl, .json, .parquet, .csv).
 
   Args:
     spec: the source.
     split: split for `hf:` and `tfds:` sources (files and the builtin sample have one).
     field_map: canonical field → column, for files and `hf:`.
+    **hf_kwargs: for `hf:` sources, passed to `load_hf_dataset` (offline, cache_dir, revision).
 
   Returns:
     Validated records.
   """
   spec = os.fspath(spec)
   if spec.startswith("builtin:"):
-    name = spec[len("builtin:"):]
-    if name != "aime_sample":
-      raise ValueError(f"unknown built-in source {spec!r}; available: ['builtin:aime_sample']")
+    if spec not in BUILTIN_SOURCES:
+      raise ValueError(f"unknown built-in source {spec!r}; available: {list(BUILTIN_SOURCES)}")
     return builtin_aime_sample()
   if spec.startswith("hf:"):
-    return load_hf_dataset(spec[len("hf:"):], split, field_map=field_map)
+    name = spec[len("hf:"):]
+    if field_map is None:
+      field_map = HF_FIELD_MAPS.get(name)
+    return load_hf_dataset(name, split, field_map=field_map, **hf_kwargs)
   if spec.startswith("tfds:"):
     return load_tfds(spec[len("tfds:"):], split)
   if not os.path.exists(spec):
     raise FileNotFoundError(f"no file {spec!r}; a source is a local .jsonl/.json/.parquet/.csv "
-                            "file, builtin:aime_sample, hf:<dataset> or tfds:<data_dir>")
+                            f"file, {AIME_1983_2024_SOURCE}, hf:<dataset>, tfds:<data_dir> or "
+                            "builtin:aime_sample")
   return load_records(spec, field_map=field_map)
 
 

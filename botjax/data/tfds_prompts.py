@@ -1,7 +1,8 @@
 """A TensorFlow Datasets builder for prompt records, stored as `array_record` files.
 
 Imported only through `botjax.data.loaders.prepare_tfds` / `load_tfds`, which turn a missing
-`tensorflow_datasets` into an ImportError that says what to install. TensorFlow itself is not
+`tensorflow_datasets` into an ImportError that says what to install; it reads and validates
+records with `botjax.data.records` (and does not import `loaders`). TensorFlow itself is not
 needed: `download_and_prepare` writes array_record shards and `as_data_source()` reads them with
 random access (`as_dataset()`, which returns a tf.data pipeline, would need TensorFlow).
 
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from botjax.data import loaders
+from botjax.data import records as records_lib
 
 NO_YEAR = -1
 
@@ -69,7 +70,7 @@ class BotjaxPrompts(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     return {split: self._generate_examples(path) for split, path in self._source_files.items()}
 
   def _generate_examples(self, path: str):
-    for index, record in enumerate(loaders.load_records(path, field_map=self._field_map)):
+    for index, record in enumerate(records_lib.load_records(path, field_map=self._field_map)):
       yield record["id"], {
           "index": index,
           "id": record["id"],
@@ -114,4 +115,4 @@ def load(data_dir: str | os.PathLike, split: str = "train") -> list[dict[str, An
     if year != NO_YEAR:
       raw["year"] = year
     raws.append(raw)
-  return loaders.validate_records(raws, source=f"tfds:{data_dir}[{split}]", location="row {}")
+  return records_lib.validate_records(raws, source=f"tfds:{data_dir}[{split}]", location="row {}")
