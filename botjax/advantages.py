@@ -1,18 +1,18 @@
 """Advantage estimators of the GRPO family, as pure jit-able functions.
 
-Every function takes a padded batch (DESIGN.md "Data conventions"): `[B]` sequence values or
-`[B, T]` token values with a bool `mask[B, T]`, and groups as `group_ids: int32[B]` plus a static
+Every function takes a padded batch: `[B]` sequence values or `[B, T]` token values with a bool `mask[B, T]`, and groups as `group_ids: int32[B]` plus a static
 `num_groups` (ragged, non-contiguous groups allowed; statistics are segment sums over rows).
 Sequence-level estimators return `[B]`, token-level ones `[B, T]`. All math is float32; token
 results are exactly zero outside `mask`; no input that follows the conventions (empty
 completions, groups of one, constant groups, fully masked rows) gives NaN or inf.
 
 Nothing here is jitted: wrap calls in `jax.jit(fn, static_argnames=("num_groups", ...))`.
-Equations, defaults and sources are in ALGORITHMS.md; the section is named in each docstring.
+Each docstring gives its equations and the paper (and equation) they come from.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 
 import chex
@@ -20,14 +20,29 @@ import jax
 import jax.numpy as jnp
 
 from botjax import ops
+from botjax.ops import f32 as _f32
+from botjax.types import Array
 
-Array = jax.Array
+class GrpoScale(enum.StrEnum):
+  """The std that `grpo` divides by. Plain strings work too.
 
-GRPO_SCALES = ("group", "batch", "none")
+  "group": the group's std (GRPO); "batch": the batch's std (TRL `scale_rewards="batch"`);
+  "none": no division (Dr. GRPO).
+  """
+  GROUP = "group"
+  BATCH = "batch"
+  NONE = "none"
 
 
-def _f32(x) -> Array:
-  return jnp.asarray(x, dtype=jnp.float32)
+GRPO_SCALES = tuple(s.value for s in GrpoScale)
+
+
+def grpo_scale(scale) -> GrpoScale:
+  """Parses a GRPO scale (a `GrpoScale` or its string value)."""
+  try:
+    return GrpoScale(scale)
+  except ValueError:
+    raise ValueError(f"unknown GRPO scale {scale!r}; valid: {', '.join(GRPO_SCALES)}") from None
 
 
 def _check_groups(values: Array, group_ids, num_groups) -> Array:
@@ -78,7 +93,8 @@ def grpo(rewards, group_ids, *, num_groups: int, scale: str = "group", ddof: int
   """Group-relative advantages Âᵢ = (Rᵢ − μ_g) / (σ_g + ε).
 
   μ_g is the mean reward of row i's group. σ_g depends on `scale`:
-    "group": std of the group's rewards with `ddof` (1 = Bessel, as verl / TRL / tunix);
+    "group": std of the group's rewards with `ddof` (1 = Bessel, as verl / TRL / tunix; 0 =
+             the population std of the BoT-GRPO paper's eq. 1);
     "batch": std of all rewards of the batch with `ddof` (TRL `scale_rewards="batch"`);
     "none":  no division, Âᵢ = Rᵢ − μ_g (Dr. GRPO).
   Groups of one get 0 (TRL's convention); a constant group gets 0.
@@ -87,7 +103,7 @@ def grpo(rewards, group_ids, *, num_groups: int, scale: str = "group", ddof: int
     rewards: [B] float sequence rewards.
     group_ids: [B] int32 group of each row, in [0, num_groups).
     num_groups: number of groups (static).
-    scale: "group", "batch" or "none".
+    scale: a `GrpoScale` or its value "group", "batch" or "none".
     ddof: delta degrees of freedom of the std (1: unbiased, 0: population).
     eps: added to the std.
     row_mask: optional [B] bool; rows with False are left out of every statistic and get 0
@@ -100,8 +116,7 @@ def grpo(rewards, group_ids, *, num_groups: int, scale: str = "group", ddof: int
     Shao et al., DeepSeekMath (GRPO), https://arxiv.org/abs/2402.03300
     Liu et al., Understanding R1-Zero-Like Training (Dr. GRPO), https://arxiv.org/abs/2503.20783
   """
-  if scale not in GRPO_SCALES:
-    raise ValueError(f"unknown GRPO scale {scale!r}; valid: {', '.join(GRPO_SCALES)}")
+  scale = grpo_scale(scale)
   if not isinstance(ddof, int) or ddof < 0:
     raise ValueError(f"ddof must be a non-negative int, got {ddof!r}")
   _check_eps(eps)
@@ -117,11 +132,11 @@ def grpo(rewards, group_ids, *, num_groups: int, scale: str = "group", ddof: int
   # A constant group is centred to exactly 0: the rounded mean of equal values can differ
   # from them by an ulp, which ε would not hide once divided by a std of the same size.
   centred = jnp.where(valid & varies, r - ops.gather_groups(mean, group_ids), 0.0)  # [B]
-  if scale == "group":
+  if scale is GrpoScale.GROUP:
     sq = ops.segment_sum(centred * centred, group_ids, num_groups=num_groups)
     std_g = jnp.sqrt(sq / jnp.maximum(count - ddof, 1.0))
     adv = _safe_div(centred, ops.gather_groups(std_g, group_ids) + eps)
-  elif scale == "batch":
+  elif scale is GrpoScale.BATCH:
     std = jnp.sqrt(ops.masked_var(r, valid, ddof=ddof))
     adv = _safe_div(centred, std + eps)
   else:
@@ -231,7 +246,7 @@ def bot_token_rewards(seq_rewards, local_rewards, mask, *, w_global: float = 3.0
 
   References:
     Yang et al., BoT-GRPO: Efficient Process-Reward RL for Reasoning via Bag-of-Token
-    Aggregation (no arXiv id found; ALGORITHMS.md §6).
+    Aggregation, arXiv 2610.09804, eq. 4.
   """
   g = _f32(seq_rewards)
   chex.assert_rank(g, 1)
@@ -275,7 +290,7 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
     [B, T] float32 advantages, zero outside `mask`.
 
   References:
-    Yang et al., BoT-GRPO (ALGORITHMS.md §6, eq. 1–3).
+    Yang et al., BoT-GRPO, arXiv 2610.09804, eq. 1–3.
   """
   _check_eps(eps)
   # Advantages are constants of the policy loss; the variadic reduction below has no JVP rule.
@@ -315,6 +330,43 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   mean = ref + ops.gather_groups(m1_g, group_ids)                  # [B] μ_g (ref + 0 if constant)
   # From r, not x: x then feeds only the reduction and is fused into it, never materialised.
   return jnp.where(mask, (r - mean[:, None]) * scale[:, None], 0.0)
+
+
+def pure_token_credit(local_rewards, mask, *, temperature: float = 0.1) -> Array:
+  """PURE's min-form credit on a token-level signal: each scored token is one PURE "step".
+
+    w_{i,t} = exp(−S_{i,t}/T) / Σ_{t'} exp(−S_{i,t'}/T)     (softmin over the row's scored tokens)
+    C_{i,t} = Σ_{t' ≥ t} w_{i,t'} · S_{i,t'}                 (return-to-go of the min-form rewards)
+
+  Σ_t w_t S_t tends to min_t S_t as T → 0, so a token is credited with (about) the worst local
+  value still ahead of it instead of the sum of all of them; C replaces S_t in the BoT-GRPO
+  token reward w_g·G + w_s·C_t of the `bot_pure` recipe. [INFERRED] reading of the BoT-GRPO
+  paper's PURE port (arXiv 2610.09804 §4.1, "the same global + token-level reward"): PURE's
+  step rewards become the tokens' local values, its PRMVR outcome at EOS becomes the global
+  term broadcast to every token (the same constant in every token's return-to-go), and its
+  return-to-go and softmin (T = 0.1, PURE's code) act on the tokens.
+
+  Args:
+    local_rewards: [B, T] float local signal S_t (e.g. step verdicts or line penalties spread
+      over tokens).
+    mask: [B, T] bool scored tokens.
+    temperature: T > 0 (PURE: 0.1).
+
+  Returns:
+    [B, T] float32 credited local values, zero outside `mask` (and for empty rows).
+
+  References:
+    Cheng et al., Stop Summation: Min-Form Credit Assignment Is All Process Reward Model Needs
+    for Reasoning (PURE), https://arxiv.org/abs/2504.15275
+  """
+  if not temperature > 0.0:
+    raise ValueError(f"temperature must be > 0, got {temperature!r}")
+  x = _f32(local_rewards)
+  chex.assert_rank(x, 2)
+  mask = _token_mask(x, mask)
+  x = jnp.where(mask, x, 0.0)
+  w = ops.masked_softmax(-x / temperature, mask, axis=-1)
+  return jnp.where(mask, ops.suffix_sum(jnp.where(mask, w * x, 0.0)), 0.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,6 +414,59 @@ def steps_to_tokens(step_values, step_mask, token_step, mask) -> Array:
   return jnp.where(mask & in_range & step_ok, gathered, 0.0)
 
 
+def stepless_tokens(step_mask, token_step, mask) -> Array:
+  """[B, T] bool: scored tokens that belong to no valid step.
+
+  Such tokens are a reasoning model's `<think>` block or a preamble before the first step, text
+  between or after steps (e.g. a `<final>` answer block), and every token of a row without
+  steps: `mask` and (`token_step` is -1, outside [0, S), or names a step that `step_mask` marks
+  invalid).
+
+  Args:
+    step_mask: [B, S] bool valid steps.
+    token_step: [B, T] int32 step of each token, -1 for none.
+    mask: [B, T] bool scored tokens.
+
+  Returns:
+    [B, T] bool.
+  """
+  step_mask = jnp.asarray(step_mask, jnp.bool_)
+  chex.assert_rank(step_mask, 2)
+  token_step = jnp.asarray(token_step, jnp.int32)
+  mask = jnp.asarray(mask, jnp.bool_)
+  chex.assert_rank([token_step, mask], 2)
+  chex.assert_equal_shape([token_step, mask])
+  num_steps = step_mask.shape[1]
+  in_range = (token_step >= 0) & (token_step < num_steps)
+  idx = jnp.clip(token_step, 0, max(num_steps - 1, 0))
+  step_ok = jnp.take_along_axis(step_mask, idx, axis=1) if num_steps else jnp.zeros_like(mask)
+  return mask & ~(in_range & step_ok)
+
+
+def _fill_stepless(tokens: Array, stepless, step_mask, token_step, mask) -> Array:
+  """tokens with the [B] values `stepless` written on the scored tokens of no step."""
+  if stepless is None:
+    return tokens
+  v = _f32(stepless)
+  chex.assert_shape(v, (tokens.shape[0],))
+  return jnp.where(stepless_tokens(step_mask, token_step, mask), v[:, None], tokens)
+
+
+def step_mean(step_rewards, step_mask) -> Array:
+  """Mean of each row's valid step rewards: (1/S_i) Σ_k r_{i,k}; 0 for a row without steps.
+
+  Args:
+    step_rewards: [B, S] float step rewards.
+    step_mask: [B, S] bool valid steps.
+
+  Returns:
+    [B] float32.
+  """
+  r, step_mask = _check_steps(step_rewards, step_mask)
+  count = jnp.sum(step_mask, axis=-1, dtype=jnp.float32)
+  return jnp.sum(jnp.where(step_mask, r, 0.0), axis=-1) / jnp.maximum(count, 1.0)
+
+
 def normalize_group_steps(step_values, step_mask, group_ids, *, num_groups: int,
                           eps: float = 1e-6, ddof: int = 0) -> Array:
   """Z-scores step values over all valid steps of each group: (x − mean_g) / (std_g + ε).
@@ -399,15 +504,19 @@ def normalize_group_steps(step_values, step_mask, group_ids, *, num_groups: int,
 
 
 def process_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_groups: int,
-                 eps: float = 1e-6, ddof: int = 0) -> Array:
+                 eps: float = 1e-6, ddof: int = 0, stepless=None) -> Array:
   """DeepSeekMath process supervision: z-score every step of the group, then suffix-sum.
 
     r̃_{i,k} = (r_{i,k} − mean(R_g)) / (std(R_g) + ε),  R_g = all valid steps of the group
     A_{i,t} = Σ_{k ≥ j(t)} r̃_{i,k}                     (j(t) = the step of token t)
+    A_{i,t} = stepless_i                                (tokens of no step, see `stepless_tokens`)
 
   i.e. a token of step j receives the normalised rewards of its step and every later step.
   The paper does not say which std; this uses the population std (`ddof=0`), as VeriGate
-  does for the same pool.
+  does for the same pool. Tokens of no step (a `<think>` block, a preamble, a `<final>` block)
+  carry no step reward; the recipes give them the sequence-level outcome advantage
+  `grpo(rewards)` through `stepless`, as the BoT-GRPO backbone gives tokens without a local
+  signal the global term (arXiv 2610.09804, eq. 4).
 
   Args:
     step_rewards: [B, S] float step rewards (step k ends before step k+1 starts).
@@ -418,6 +527,8 @@ def process_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_gr
     num_groups: number of groups (static).
     eps: added to the std.
     ddof: of the std (0: population).
+    stepless: optional [B] float advantage of the row's tokens that belong to no step (e.g.
+      `grpo(rewards)`); None leaves them at 0.
 
   Returns:
     [B, T] float32 advantages, zero outside `mask`.
@@ -427,7 +538,8 @@ def process_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_gr
   """
   z = normalize_group_steps(step_rewards, step_mask, group_ids, num_groups=num_groups, eps=eps,
                             ddof=ddof)
-  return steps_to_tokens(ops.suffix_sum(z), step_mask, token_step, mask)
+  tokens = steps_to_tokens(ops.suffix_sum(z), step_mask, token_step, mask)
+  return _fill_stepless(tokens, stepless, step_mask, token_step, mask)
 
 
 def step_return_advantages(step_rewards, step_mask, token_step, mask, group_ids, *,
@@ -455,11 +567,18 @@ def step_return_advantages(step_rewards, step_mask, token_step, mask, group_ids,
   References:
     Agrawal et al., VeriGate, https://arxiv.org/abs/2605.30451
   """
+  z = _normalized_step_returns(step_rewards, step_mask, group_ids, num_groups=num_groups,
+                               eps=eps)
+  return steps_to_tokens(z, step_mask, jnp.asarray(token_step, jnp.int32), mask)
+
+
+def _normalized_step_returns(step_rewards, step_mask, group_ids, *, num_groups: int,
+                             eps: float) -> Array:
+  """[B, S] (c_{i,j} − mean_g c) / (popstd_g c + ε) with c_{i,j} = Σ_{k ≥ j} r_{i,k}."""
   r, step_mask = _check_steps(step_rewards, step_mask)
   returns = ops.suffix_sum(jnp.where(step_mask, r, 0.0))
-  z = normalize_group_steps(returns, step_mask, group_ids, num_groups=num_groups, eps=eps,
-                            ddof=0)
-  return steps_to_tokens(z, step_mask, token_step, mask)
+  return normalize_group_steps(returns, step_mask, group_ids, num_groups=num_groups, eps=eps,
+                               ddof=0)
 
 
 def pure_min_form(step_rewards, step_mask, *, temperature: float = 0.1) -> Array:
@@ -491,20 +610,23 @@ def pure_min_form(step_rewards, step_mask, *, temperature: float = 0.1) -> Array
 
 def pure_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_groups: int,
               temperature: float = 0.1, eps: float = 1e-6, outcome_rewards=None,
-              outcome_coef: float = 1.0) -> Array:
+              outcome_coef: float = 1.0, stepless=None) -> Array:
   """PURE on a GRPO backbone: min-form step rewards → return-to-go → group normalisation.
 
     r*_{i,k} = pure_min_form(r)_{i,k}  (+ outcome_coef·R_i on the row's last valid step)
     c_{i,j}  = Σ_{k ≥ j} r*_{i,k}
     A_{i,t}  = (c_{i,j(t)} − mean_g c) / (popstd_g c + ε)   over all valid steps of the group
+    A_{i,t}  = stepless_i                                    tokens of no step
 
-  [INFERRED] (ALGORITHMS.md §5, "Inferred"): the paper's GRPO-backbone normalisation is not
-  known. Return-to-go is taken *before* the group normalisation, as in both PURE code branches
+  [INFERRED]: the GRPO-backbone normalisation of the BoT-GRPO paper's PURE port is not
+  published. Return-to-go is taken *before* the group normalisation, as in both PURE code branches
   (returns, then baseline, then whitening) and VeriGate; normalising first (DeepSeekMath) would
   make a response's first-token advantage grow with its number of steps, the summation bias that
   min-form removes. The group statistic is the mean and population std over all valid steps of
   the group, like `step_return_advantages`. The optional outcome (verifiable) reward is added to
   the last step, as PURE's PRMVR mode adds it at the EOS token, so it enters every step's return.
+  Tokens of no step (`stepless_tokens`: a `<think>` block, a preamble, a `<final>` block) get
+  `stepless`; the recipes pass the sequence-level outcome advantage grpo(outcome_coef·R).
 
   Args:
     step_rewards: [B, S] float PRM step rewards.
@@ -517,6 +639,8 @@ def pure_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_group
     eps: added to the population std.
     outcome_rewards: optional [B] float verifiable reward.
     outcome_coef: its weight (PURE `verifiable_reward_coef` = 1.0).
+    stepless: optional [B] float advantage of the row's tokens that belong to no step; None
+      leaves them at 0.
 
   Returns:
     [B, T] float32 advantages, zero outside `mask`.
@@ -535,20 +659,29 @@ def pure_grpo(step_rewards, step_mask, token_step, mask, group_ids, *, num_group
                    axis=-1)
     is_last = jnp.arange(num_steps, dtype=jnp.int32)[None, :] == last[:, None]
     r_star = r_star + jnp.where(is_last & step_mask, outcome_coef * outcome[:, None], 0.0)
-  return step_return_advantages(r_star, step_mask, token_step, mask, group_ids,
-                                num_groups=num_groups, eps=eps)
+  tokens = step_return_advantages(r_star, step_mask, token_step, mask, group_ids,
+                                  num_groups=num_groups, eps=eps)
+  return _fill_stepless(tokens, stepless, step_mask, token_step, mask)
 
 
 def verigate(verifier_rewards, step_rewards, step_mask, token_step, mask, group_ids, *,
-             num_groups: int, eps: float = 1e-6, correct_threshold: float = 0.5) -> Array:
+             num_groups: int, eps: float = 1e-6, correct_threshold: float = 0.5,
+             ddof: int = 1) -> Array:
   """VeriGate: GRPO on mixed groups, PRM return-to-go advantages on all-wrong groups.
 
   Per group g (S1 gate on the verifier rewards v):
-    mixed (some v_i ≠ v_j):   Ã_{i,t} = grpo(v)_i with its defaults (ddof=1, ε=1e-6)
+    mixed (some v_i ≠ v_j):   Ã_{i,t} = grpo(v, ddof=ddof)_i on every token (ε = 1e-6)
     all wrong (all v_i < correct_threshold, e.g. all 0):
         c_{i,j} = Σ_{k ≥ j} r_{i,k};  Ã_{i,j} = (c_{i,j} − mean_g c) / (popstd_g c + ε),
-        mean and std over all valid steps of the group; tokens of step j get Ã_{i,j}
+        mean and std over all valid steps of the group; tokens of step j get Ã_{i,j};
+        tokens of no step (`stepless_tokens`) get the row's sequence-level PRM value
+        Ã_{i,first}, the normalised return of its whole trajectory (0 without steps)
     all right (constant v ≥ correct_threshold): 0
+
+  In an all-wrong group the outcome carries no signal and the PRM takes its place, so the
+  sequence-level term of a token outside the steps (a `<think>` block, a preamble, a `<final>`
+  block) is the PRM's value of the whole trajectory, c_{i,1} = Σ_k r_{i,k}, normalised with the
+  group's step statistics [INFERRED: the paper does not discuss tokens outside steps].
 
   Args:
     verifier_rewards: [B] float verifier rewards (binary in the paper).
@@ -561,6 +694,8 @@ def verigate(verifier_rewards, step_rewards, step_mask, token_step, mask, group_
     eps: added to the population std of the PRM branch.
     correct_threshold: a constant group counts as all wrong when its reward is below this
       [INFERRED: the paper's verifier is binary {0, 1}].
+    ddof: of the group std of the mixed branch's GRPO advantages (1: Bessel; 0: population,
+      the BoT-GRPO paper's eq. 1).
 
   Returns:
     [B, T] float32 advantages, zero outside `mask`.
@@ -578,9 +713,16 @@ def verigate(verifier_rewards, step_rewards, step_mask, token_step, mask, group_
   v_min = ops.gather_groups(ops.segment_min(v, group_ids, num_groups=num_groups), group_ids)
   mixed = v_max > v_min
   all_wrong = ~mixed & (v_max < correct_threshold)
-  seq_adv = grpo(v, group_ids, num_groups=num_groups)
-  prm_adv = step_return_advantages(step_rewards, step_mask, token_step, mask, group_ids,
-                                   num_groups=num_groups, eps=eps)
+  seq_adv = grpo(v, group_ids, num_groups=num_groups, ddof=ddof)
+  z = _normalized_step_returns(step_rewards, step_mask, group_ids, num_groups=num_groups,
+                               eps=eps)                                        # [B, S]
+  step_mask = jnp.asarray(step_mask, jnp.bool_)
+  first = jnp.argmax(step_mask, axis=-1)[:, None]                             # first valid step
+  trajectory = jnp.where(jnp.any(step_mask, axis=-1), jnp.take_along_axis(z, first, axis=1)[:, 0],
+                         0.0)                                                 # [B]
+  token_step = jnp.asarray(token_step, jnp.int32)
+  prm_adv = _fill_stepless(steps_to_tokens(z, step_mask, token_step, mask), trajectory,
+                           step_mask, token_step, mask)
   out = jnp.where(mixed[:, None], seq_adv[:, None], 0.0)
   out = jnp.where(all_wrong[:, None], prm_adv, out)
   return jnp.where(mask, out, 0.0)
@@ -596,7 +738,7 @@ def reco_response_weights(old_logp, mask, group_ids, *, num_groups: int,
   """ReCo expected-occurrence response weights wᵢ = min(1 / (G_g · π̄_old(oᵢ|q)), w_max).
 
   π̄_old(oᵢ|q) = exp((1/Lᵢ) Σ_t old_logp[i, t]) is the length-normalised sequence probability
-  [INFERRED, ALGORITHMS.md §7: the raw sequence probability makes 1/(Gπ) explode]; G_g is the
+  [INFERRED: the raw sequence probability makes 1/(Gπ) explode]; G_g is the
   number of rows in row i's group. Computed in log space, so it never overflows.
 
   Args:
@@ -634,7 +776,17 @@ def bppo_loss_mask(rewards, mask, group_ids, *, num_groups: int, prefix_fraction
   C or W is empty the group contributes nothing. Otherwise c* = argmin_{C} Lᵢ and
   w* = argmin_{W} Lᵢ (ties: lowest row index), and each keeps its first
   Pᵢ = min(Lᵢ, max(min_prefix, ⌈prefix_fraction·Lᵢ⌉)) scored tokens (counted along the mask;
-  ⌈·⌉ in float32) [INFERRED, ALGORITHMS.md §8]. Advantages stay those of the full group.
+  ⌈·⌉ in float32). Advantages stay those of the full group.
+
+  What is implemented and what is not. The BPPO paper's full text and code are not public; its
+  abstract specifies the update unit (shortest correct + shortest incorrect completion of a
+  group), full-group advantage normalisation, and that only response prefixes are updated.
+  Those are implemented. Not specified, so [INFERRED] here: the prefix length rule above
+  (ρ_prefix = 0.5, P_min = 32 are suggestions, not the paper's values) and the class threshold
+  for non-binary rewards. Not implemented: the abstract's "adaptive completion scheduling"
+  (how many completions are sampled per prompt and when), whose rule the abstract does not give;
+  groups are sampled with the run's fixed group size, and a group without both classes
+  contributes nothing.
 
   Args:
     rewards: [B] float rewards (binary {0, 1} in the paper).
@@ -748,8 +900,9 @@ def dynamic_sampling_keep(rewards, group_ids, *, num_groups: int, row_mask=None)
 
 
 __all__ = [
-    "GRPO_SCALES", "grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "bot_token_rewards",
-    "bot_grpo", "steps_to_tokens", "normalize_group_steps", "process_grpo",
+    "GrpoScale", "GRPO_SCALES", "grpo_scale", "grpo", "dr_grpo", "rloo", "reinforce_pp_baseline",
+    "bot_token_rewards", "bot_grpo", "pure_token_credit", "steps_to_tokens", "stepless_tokens",
+    "step_mean", "normalize_group_steps", "process_grpo",
     "step_return_advantages", "pure_min_form", "pure_grpo", "verigate",
     "reco_response_weights", "bppo_loss_mask", "dapo_overlong_penalty", "dynamic_sampling_keep",
 ]

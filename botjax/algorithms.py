@@ -3,7 +3,7 @@
 A `Recipe` is a frozen, hashable dataclass, so it can be a static argument of `jax.jit`:
 
   recipe = get_recipe("bot_grpo")                        # or get_recipe("dapo", eps_high=0.3)
-  check_reward_inputs(recipe, has_step_rewards=False, has_token_rewards=True)   # config time
+  recipe = recipe_for_reward(recipe, reward_fn.spec)      # config time: checks, no double weights
   out = compute_advantages(recipe, rewards=r, mask=m, group_ids=g, num_groups=P,
                            local_rewards=s)              # Advantages(advantages, loss_mask, seq_weights)
   per_token, metrics = policy_loss(recipe, logp, old_logp, out.advantages, out.loss_mask,
@@ -27,152 +27,265 @@ import jax.numpy as jnp
 
 from botjax import advantages as adv
 from botjax import losses
+from botjax.types import Array
 
-Array = jax.Array
 
-
-class Granularity(str, enum.Enum):
+class Granularity(enum.StrEnum):
   """The reward granularity a recipe reads: sequence rewards only, step rewards, token rewards."""
   SEQUENCE = "sequence"
   STEP = "step"
   TOKEN = "token"
 
 
-# The granularity each advantage estimator needs.
-ADVANTAGE_GRANULARITY: dict[str, Granularity] = {
-    "grpo": Granularity.SEQUENCE,          # adv.grpo (scale "group" | "batch" | "none")
-    "rloo": Granularity.SEQUENCE,          # adv.rloo
-    "reinforce_pp": Granularity.SEQUENCE,  # adv.reinforce_pp_baseline
-    "bot_grpo": Granularity.TOKEN,         # adv.bot_token_rewards + adv.bot_grpo
-    "process_grpo": Granularity.STEP,      # adv.process_grpo
-    "pure": Granularity.STEP,              # adv.pure_grpo
-    "verigate": Granularity.STEP,          # adv.verigate
+class AdvantageKind(enum.StrEnum):
+  """The advantage estimators of `compute_advantages`. Plain strings work too.
+
+  "grpo": group z-score of the sequence reward (`advantages.grpo`, scale per `GrpoScale`);
+  "rloo": leave-one-out baseline; "reinforce_pp": REINFORCE++-baseline;
+  "grpo_stepmean": "grpo" on R + w_local·(mean step reward), the step information pooled into
+  the sequence reward; "bot_grpo": BoT-GRPO (eq. 1–4); "bot_pure": BoT-GRPO on PURE's min-form
+  credit of the local signal; "process_grpo": DeepSeekMath process supervision; "pure": PURE on
+  a GRPO backbone; "verigate": VeriGate.
+  """
+  GRPO = "grpo"
+  RLOO = "rloo"
+  REINFORCE_PP = "reinforce_pp"
+  GRPO_STEPMEAN = "grpo_stepmean"
+  BOT_GRPO = "bot_grpo"
+  BOT_PURE = "bot_pure"
+  PROCESS_GRPO = "process_grpo"
+  PURE = "pure"
+  VERIGATE = "verigate"
+
+
+# The granularity each advantage estimator reads.
+ADVANTAGE_GRANULARITY: dict[AdvantageKind, Granularity] = {
+    AdvantageKind.GRPO: Granularity.SEQUENCE,
+    AdvantageKind.RLOO: Granularity.SEQUENCE,
+    AdvantageKind.REINFORCE_PP: Granularity.SEQUENCE,
+    AdvantageKind.GRPO_STEPMEAN: Granularity.STEP,
+    AdvantageKind.BOT_GRPO: Granularity.TOKEN,
+    AdvantageKind.BOT_PURE: Granularity.TOKEN,
+    AdvantageKind.PROCESS_GRPO: Granularity.STEP,
+    AdvantageKind.PURE: Granularity.STEP,
+    AdvantageKind.VERIGATE: Granularity.STEP,
 }
-SURROGATES = ("clip", "gspo", "gspo_token", "reco")
+
+
+class Surrogate(enum.StrEnum):
+  """The policy surrogates of `policy_loss`. Plain strings work too.
+
+  "clip": PPO clipped ratio per token (GRPO, DAPO's decoupled clip); "gspo": GSPO's sequence
+  ratio with the row's mean advantage (arXiv 2507.18071 eq. 5–7); "gspo_token": GSPO-token,
+  the sequence ratio with per-token advantages (eq. 13–14); "reco": ReCo's variance-based
+  coefficient with response weights.
+  """
+  CLIP = "clip"
+  GSPO = "gspo"
+  GSPO_TOKEN = "gspo_token"
+  RECO = "reco"
+
+
+SURROGATES = tuple(s.value for s in Surrogate)
+
+# DAPO (arXiv 2503.14476 §4.1): at most 20,480 generated tokens, the last 4,096 of them the soft
+# overlong punishment's cache (eq. 13). `Recipe.for_budget` keeps this proportion.
+DAPO_MAX_LENGTH = 20480
+DAPO_CACHE_LENGTH = 4096
+
+
+def _parse(recipe_name: str, field: str, cls: type[enum.StrEnum], value) -> enum.StrEnum:
+  try:
+    return cls(value)
+  except ValueError:
+    raise ValueError(f"recipe {recipe_name!r}: unknown {field} {value!r}; valid: "
+                     f"{', '.join(m.value for m in cls)}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Recipe:
   """One algorithm: advantage estimator, policy surrogate, aggregation and hyper-parameters.
 
-  The field defaults are the GRPO backbone (DeepSeekMath); `RECIPES` sets each algorithm's own.
+  The field defaults are the GRPO backbone (DeepSeekMath, arXiv 2402.03300); `RECIPES` sets
+  each algorithm's own. Enum fields accept their string values ("token_mean", "k3", ...) and
+  reject anything else when the recipe is built, naming the valid values.
+
+  Attributes:
+    name: the recipe's name (a key of `RECIPES` for the built-in ones).
+    granularity: the reward signal the advantage reads (`Granularity`); must match
+      `ADVANTAGE_GRANULARITY[advantage]`.
+    advantage: the estimator (`AdvantageKind`).
+    surrogate: the policy surrogate (`Surrogate`).
+    agg_mode: loss aggregation (`losses.AggMode`); GRPO "seq_mean_token_mean" (eq. 3).
+    agg_norm: L_norm of "seq_sum_norm" (Dr. GRPO: the generation budget); None otherwise.
+    eps_low, eps_high: PPO clip range 1 − ε_low .. 1 + ε_high (0.2 in TRL / verl / tunix).
+    dual_clip: dual-clip constant c > 1 for negative advantages, or None (off).
+    kl_coef: β of the in-loss KL term (DeepSeekMath §4.2: 0.04); `policy_loss` then needs
+      `ref_logp`.
+    kl_kind: the KL estimator (`losses.KlKind`; DeepSeekMath eq. 4 is "k3").
+    adv_eps: ε added to the stds of the advantage estimators.
+    grpo_scale: what "grpo" advantages divide by (`advantages.GrpoScale`; Dr. GRPO "none").
+    grpo_ddof: ddof of the group std of GRPO-style z-scores: 1 (Bessel, TRL / verl / tunix) or
+      0 (population, the BoT-GRPO paper's eq. 1). Also the std of the outcome term that
+      step-level recipes give tokens outside steps, and of VeriGate's mixed groups.
+    w_global, w_local: BoT-GRPO w_g and w_s (eq. 4 and 8: 3.0 and 0.5); "grpo_stepmean" adds
+      w_local·(mean step reward) to the sequence reward.
+    dynamic_sampling: DAPO §3.2: rows of groups whose rewards are all equal carry no loss.
+    max_resample_rounds: DAPO: extra sampling rounds a trainer may run to refill the batch.
+    overlong_max_length, overlong_cache_length: DAPO eq. 13 L_max and L_cache (both or neither;
+      None: no overlong penalty). `for_budget` sets them from the generation budget.
+    overlong_penalty_factor: scale of the overlong penalty (verl's `penalty_factor`).
+    bppo_select: BPPO: the loss covers the prefixes of the shortest correct and shortest
+      incorrect completion of each group.
+    bppo_prefix_fraction, bppo_min_prefix: BPPO prefix length
+      min(L, max(P_min, ⌈ρ·L⌉)) [INFERRED: 0.5 and 32 are suggestions, not the paper's].
+    correct_threshold: reward above which a completion counts as correct (BPPO classes,
+      VeriGate's all-right / all-wrong gate).
+    reco_max_weight: ReCo w_max (the public reproduction's 5; the paper's is unknown).
+    pure_temperature: PURE softmin temperature T (authors' code: 0.1).
+    pure_outcome_coef: PURE verifiable-reward coefficient (authors' code: 1.0).
   """
   name: str
   granularity: Granularity = Granularity.SEQUENCE
-  advantage: str = "grpo"                 # a key of ADVANTAGE_GRANULARITY
-  surrogate: str = "clip"                 # "clip" | "gspo" | "gspo_token" | "reco"
-  agg_mode: str = "seq_mean_token_mean"   # losses.AggMode value; GRPO paper eq. 3
-  agg_norm: float | None = None           # L_norm of "seq_sum_norm" (Dr. GRPO)
-  eps_low: float = 0.2                    # PPO clip; 0.2 is TRL / verl / tunix default
+  advantage: AdvantageKind = AdvantageKind.GRPO
+  surrogate: Surrogate = Surrogate.CLIP
+  agg_mode: losses.AggMode = losses.AggMode.SEQ_MEAN_TOKEN_MEAN
+  agg_norm: float | None = None
+  eps_low: float = 0.2
   eps_high: float = 0.2
-  dual_clip: float | None = None          # verl uses 3.0 by default; the papers do not
-  kl_coef: float = 0.04                   # β, DeepSeekMath §4.2
-  kl_kind: str = "k3"                     # DeepSeekMath eq. 4
-  adv_eps: float = 1e-6                   # ε of the std (verl / tunix 1e-6; BoT-GRPO 1e-6)
-  grpo_scale: str = "group"               # "group" | "batch" | "none" (Dr. GRPO)
-  grpo_ddof: int = 1                      # Bessel std, as verl / TRL / tunix
-  w_global: float = 3.0                   # BoT-GRPO w_g (paper §4, AIME and React)
-  w_local: float = 0.5                    # BoT-GRPO w_s
-  dynamic_sampling: bool = False          # DAPO §3.2: drop groups with constant rewards
-  max_resample_rounds: int = 0            # DAPO: sampling rounds to refill the batch (trainer)
-  overlong_max_length: int | None = None  # DAPO eq. 13 L_max (None: no overlong penalty)
-  overlong_cache_length: int | None = None  # DAPO eq. 13 L_cache
-  overlong_penalty_factor: float = 1.0    # verl reward manager `penalty_factor`
-  bppo_select: bool = False               # BPPO: shortest correct + incorrect, prefixes only
-  bppo_prefix_fraction: float = 0.5       # [INFERRED] ALGORITHMS.md §8 suggestion
-  bppo_min_prefix: int = 32               # [INFERRED] ALGORITHMS.md §8 suggestion
-  correct_threshold: float = 0.5          # reward above which a completion counts as correct
-                                          # (BPPO classes, VeriGate all-right/all-wrong gate)
-  reco_max_weight: float = 5.0            # ReCo w_max (reproduction's value; paper: unknown)
-  pure_temperature: float = 0.1           # PURE softmin temperature (authors' code)
-  pure_outcome_coef: float = 1.0          # PURE verifiable_reward_coef (authors' code)
+  dual_clip: float | None = None
+  kl_coef: float = 0.04
+  kl_kind: losses.KlKind = losses.KlKind.K3
+  adv_eps: float = 1e-6
+  grpo_scale: adv.GrpoScale = adv.GrpoScale.GROUP
+  grpo_ddof: int = 1
+  w_global: float = 3.0
+  w_local: float = 0.5
+  dynamic_sampling: bool = False
+  max_resample_rounds: int = 0
+  overlong_max_length: int | None = None
+  overlong_cache_length: int | None = None
+  overlong_penalty_factor: float = 1.0
+  bppo_select: bool = False
+  bppo_prefix_fraction: float = 0.5
+  bppo_min_prefix: int = 32
+  correct_threshold: float = 0.5
+  reco_max_weight: float = 5.0
+  pure_temperature: float = 0.1
+  pure_outcome_coef: float = 1.0
 
   def __post_init__(self):
-    try:
-      object.__setattr__(self, "granularity", Granularity(self.granularity))
-    except ValueError:
-      raise ValueError(f"recipe {self.name!r}: unknown granularity {self.granularity!r}; valid: "
-                       f"{', '.join(g.value for g in Granularity)}") from None
-    if self.advantage not in ADVANTAGE_GRANULARITY:
-      raise ValueError(f"recipe {self.name!r}: unknown advantage {self.advantage!r}; valid: "
-                       f"{', '.join(ADVANTAGE_GRANULARITY)}")
+    name = self.name
+    for field, cls in (("granularity", Granularity), ("advantage", AdvantageKind),
+                       ("surrogate", Surrogate), ("agg_mode", losses.AggMode),
+                       ("kl_kind", losses.KlKind), ("grpo_scale", adv.GrpoScale)):
+      object.__setattr__(self, field, _parse(name, field, cls, getattr(self, field)))
     need = ADVANTAGE_GRANULARITY[self.advantage]
     if self.granularity is not need:
-      raise ValueError(f"recipe {self.name!r}: advantage {self.advantage!r} is {need.value}-level,"
-                       f" so granularity must be {need.value!r}, got "
+      raise ValueError(f"recipe {name!r}: advantage {self.advantage.value!r} is {need.value}-"
+                       f"level, so granularity must be {need.value!r}, got "
                        f"{self.granularity.value!r}")
-    if self.surrogate not in SURROGATES:
-      raise ValueError(f"recipe {self.name!r}: unknown surrogate {self.surrogate!r}; valid: "
-                       f"{', '.join(SURROGATES)}")
-    object.__setattr__(self, "agg_mode", losses.agg_mode(self.agg_mode).value)
-    if self.agg_mode == "seq_sum_norm":
+    if self.agg_mode is losses.AggMode.SEQ_SUM_NORM:
       if self.agg_norm is None or not self.agg_norm > 0:
-        raise ValueError(f"recipe {self.name!r}: agg_mode 'seq_sum_norm' needs agg_norm > 0 "
+        raise ValueError(f"recipe {name!r}: agg_mode 'seq_sum_norm' needs agg_norm > 0 "
                          f"(e.g. the maximum completion length), got {self.agg_norm!r}")
     elif self.agg_norm is not None:
-      raise ValueError(f"recipe {self.name!r}: agg_norm is only used by agg_mode "
-                       f"'seq_sum_norm', got agg_norm={self.agg_norm!r} with {self.agg_mode!r}")
-    if self.kl_kind not in losses.KL_KINDS:
-      raise ValueError(f"recipe {self.name!r}: unknown kl_kind {self.kl_kind!r}; valid: "
-                       f"{', '.join(losses.KL_KINDS)}")
-    if self.grpo_scale not in adv.GRPO_SCALES:
-      raise ValueError(f"recipe {self.name!r}: unknown grpo_scale {self.grpo_scale!r}; valid: "
-                       f"{', '.join(adv.GRPO_SCALES)}")
+      raise ValueError(f"recipe {name!r}: agg_norm is only used by agg_mode "
+                       f"'seq_sum_norm', got agg_norm={self.agg_norm!r} with "
+                       f"{self.agg_mode.value!r}")
     for field in ("eps_low", "eps_high", "kl_coef", "adv_eps"):
       if not getattr(self, field) >= 0:
-        raise ValueError(f"recipe {self.name!r}: {field} must be >= 0, got "
+        raise ValueError(f"recipe {name!r}: {field} must be >= 0, got "
                          f"{getattr(self, field)!r}")
+    if not isinstance(self.grpo_ddof, int) or self.grpo_ddof not in (0, 1):
+      raise ValueError(f"recipe {name!r}: grpo_ddof must be 0 (population std) or 1 (Bessel), "
+                       f"got {self.grpo_ddof!r}")
     if self.dual_clip is not None and not self.dual_clip > 1:
-      raise ValueError(f"recipe {self.name!r}: dual_clip must be > 1 or None, got "
+      raise ValueError(f"recipe {name!r}: dual_clip must be > 1 or None, got "
                        f"{self.dual_clip!r}")
     if (self.overlong_max_length is None) != (self.overlong_cache_length is None):
-      raise ValueError(f"recipe {self.name!r}: set both overlong_max_length and "
+      raise ValueError(f"recipe {name!r}: set both overlong_max_length and "
                        f"overlong_cache_length, or neither; got {self.overlong_max_length!r}, "
                        f"{self.overlong_cache_length!r}")
     if self.overlong_cache_length is not None and not (
         0 < self.overlong_cache_length <= self.overlong_max_length):
-      raise ValueError(f"recipe {self.name!r}: need 0 < overlong_cache_length <= "
+      raise ValueError(f"recipe {name!r}: need 0 < overlong_cache_length <= "
                        f"overlong_max_length, got {self.overlong_cache_length!r}, "
                        f"{self.overlong_max_length!r}")
     if not 0 < self.bppo_prefix_fraction <= 1:
-      raise ValueError(f"recipe {self.name!r}: bppo_prefix_fraction must be in (0, 1], got "
+      raise ValueError(f"recipe {name!r}: bppo_prefix_fraction must be in (0, 1], got "
                        f"{self.bppo_prefix_fraction!r}")
     if not self.pure_temperature > 0:
-      raise ValueError(f"recipe {self.name!r}: pure_temperature must be > 0, got "
+      raise ValueError(f"recipe {name!r}: pure_temperature must be > 0, got "
                        f"{self.pure_temperature!r}")
     if not self.reco_max_weight > 0:
-      raise ValueError(f"recipe {self.name!r}: reco_max_weight must be > 0, got "
+      raise ValueError(f"recipe {name!r}: reco_max_weight must be > 0, got "
                        f"{self.reco_max_weight!r}")
     if self.max_resample_rounds < 0:
-      raise ValueError(f"recipe {self.name!r}: max_resample_rounds must be >= 0, got "
+      raise ValueError(f"recipe {name!r}: max_resample_rounds must be >= 0, got "
                        f"{self.max_resample_rounds!r}")
 
   @property
   def needs_old_logp(self) -> bool:
     """`compute_advantages` needs `old_logp` (ReCo response weights)."""
-    return self.surrogate == "reco"
+    return self.surrogate is Surrogate.RECO
 
   @property
   def needs_ref_logp(self) -> bool:
-    """`policy_loss` adds a KL term when given `ref_logp`."""
+    """`policy_loss` needs `ref_logp` for its KL term."""
     return self.kl_coef > 0
+
+  def for_budget(self, max_new_tokens: int) -> Recipe:
+    """This recipe with its length constants set from the run's generation budget.
+
+    DAPO's soft overlong punishment (eq. 13) was tuned for 20,480 generated tokens with a
+    4,096-token cache; with a smaller budget it would never fire. When the recipe has an
+    overlong penalty, L_max = max_new_tokens and L_cache = round(max_new_tokens·4096/20480)
+    (at least 1), the paper's proportion. Dr. GRPO's constant normaliser ("seq_sum_norm")
+    becomes agg_norm = max_new_tokens, the authors' generate_max_length. Other fields are
+    unchanged; a recipe without either is returned as it is.
+
+      get_recipe("dapo").for_budget(1024)   # L_max 1024, L_cache 205
+
+    Args:
+      max_new_tokens: the most tokens a completion may have, > 0.
+
+    Returns:
+      The adapted recipe.
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    return dataclasses.replace(self, **self._budget_fields(max_new_tokens))
+
+  def _budget_fields(self, max_new_tokens: int) -> dict:
+    fields = {}
+    if self.overlong_max_length is not None:
+      cache = max(1, round(max_new_tokens * DAPO_CACHE_LENGTH / DAPO_MAX_LENGTH))
+      fields.update(overlong_max_length=max_new_tokens, overlong_cache_length=cache)
+    if self.agg_mode is losses.AggMode.SEQ_SUM_NORM:
+      fields["agg_norm"] = float(max_new_tokens)
+    return fields
 
 
 RECIPES: dict[str, Recipe] = {
-    # DeepSeekMath (arXiv 2402.03300) §4.1–4.2: group z-score (Bessel std as verl/TRL/tunix,
-    # ε 1e-6), clip 0.2, seq-mean-token-mean (eq. 3), in-loss k3 KL with β = 0.04.
+    # DeepSeekMath (arXiv 2402.03300) §4.1–4.2: group z-score, clip 0.2, seq-mean-token-mean
+    # (eq. 3), in-loss k3 KL with β = 0.04. The std is Bessel-corrected (ddof = 1), TRL's, verl's
+    # and tunix's choice; the paper says "std".
     "grpo": Recipe(name="grpo"),
+    # GRPO as the BoT-GRPO paper (arXiv 2610.09804) writes it: eq. 1's population std
+    # (ddof = 0), so that BoT-GRPO with w_s = 0 is exactly this recipe.
+    "grpo_paper": Recipe(name="grpo_paper", grpo_ddof=0),
     # Dr. GRPO (arXiv 2503.20783, understand-r1-zero code): no std, Σ_t ℓ / L_norm averaged over
-    # rows, β = 0. L_norm = generate_max_length of the authors' script (3000): set agg_norm to
-    # your own maximum completion length.
+    # rows, β = 0. L_norm = generate_max_length of the authors' script (3000); `for_budget`
+    # (or get_recipe(..., max_new_tokens=N)) sets it to the run's budget.
     "dr_grpo": Recipe(name="dr_grpo", grpo_scale="none", agg_mode="seq_sum_norm",
                       agg_norm=3000.0, kl_coef=0.0),
     # DAPO (arXiv 2503.14476) §3–4.1: clip-higher 0.2 / 0.28, token-mean, no KL, dynamic
     # sampling (verl example max_num_gen_batches = 10), soft overlong punishment with
-    # L_max = 20480, L_cache = 4096 (eq. 13): set these to your own generation budget.
+    # L_max = 20480, L_cache = 4096 (eq. 13); `for_budget` scales them to the run's budget.
     "dapo": Recipe(name="dapo", eps_high=0.28, agg_mode="token_mean", kl_coef=0.0,
-                   dynamic_sampling=True, max_resample_rounds=10, overlong_max_length=20480,
-                   overlong_cache_length=4096),
+                   dynamic_sampling=True, max_resample_rounds=10,
+                   overlong_max_length=DAPO_MAX_LENGTH, overlong_cache_length=DAPO_CACHE_LENGTH),
     # GSPO (arXiv 2507.18071) §4.1, §5.1: sequence ratio, ε 3e-4 / 4e-4, KL omitted,
     # seq-mean-token-mean (eq. 5).
     "gspo": Recipe(name="gspo", surrogate="gspo", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0),
@@ -181,14 +294,33 @@ RECIPES: dict[str, Recipe] = {
     # [INFERRED, see advantages.pure_grpo]; clip 0.2, seq-mean-token-mean (authors' code);
     # KL as the GRPO backbone.
     "pure": Recipe(name="pure", granularity=Granularity.STEP, advantage="pure"),
-    # BoT-GRPO (ALGORITHMS.md §6): w_g = 3.0, w_s = 0.5, ε = 1e-6, PPO clip 0.2 / 0.2 and
-    # seq-mean-token-mean [INFERRED implementation form]; KL follows the GRPO backbone.
+    # BoT-GRPO (arXiv 2610.09804): w_g = 3.0, w_s = 0.5 (eq. 8), ε = 1e-6, PPO clip 0.2 / 0.2
+    # and seq-mean-token-mean [INFERRED implementation form of eq. 3]; KL follows the GRPO
+    # backbone.
     "bot_grpo": Recipe(name="bot_grpo", granularity=Granularity.TOKEN, advantage="bot_grpo"),
+    # The BoT-GRPO paper's common backbone (§4.1): GSPO, DAPO and PURE read the same global +
+    # token-level reward through the bag-of-token advantages and keep their own surrogate,
+    # clipping and filtering. GSPO with token advantages is GSPO-token (arXiv 2507.18071
+    # eq. 13–14) with GSPO's ε and no KL.
+    "bot_gspo": Recipe(name="bot_gspo", granularity=Granularity.TOKEN, advantage="bot_grpo",
+                       surrogate="gspo_token", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0),
+    # DAPO on the backbone: clip-higher, token-mean, no KL, dynamic sampling on the global
+    # reward, overlong penalty added to the global reward before the w_g weighting.
+    "bot_dapo": Recipe(name="bot_dapo", granularity=Granularity.TOKEN, advantage="bot_grpo",
+                       eps_high=0.28, agg_mode="token_mean", kl_coef=0.0, dynamic_sampling=True,
+                       max_resample_rounds=10, overlong_max_length=DAPO_MAX_LENGTH,
+                       overlong_cache_length=DAPO_CACHE_LENGTH),
+    # PURE on the backbone: min-form credit (softmin T = 0.1, return-to-go) of the local signal
+    # over the tokens, then the bag-of-token advantages [INFERRED reading, see
+    # advantages.pure_token_credit]; PURE's clip 0.2 and seq-mean-token-mean.
+    "bot_pure": Recipe(name="bot_pure", granularity=Granularity.TOKEN, advantage="bot_pure"),
     # ReCo (arXiv 2607.26862): GRPO advantages, KL and clipping kept; variance-based detached
     # coefficient and response weights clipped at w_max = 5 (reproduction) [INFERRED form].
     "reco": Recipe(name="reco", surrogate="reco"),
     # BPPO (arXiv 2605.28028): full-group GRPO advantages on the shortest correct + incorrect
-    # completions' prefixes; ρ_prefix 0.5, P_min 32 [INFERRED], seq-mean-token-mean.
+    # completions' prefixes; ρ_prefix 0.5, P_min 32 [INFERRED], seq-mean-token-mean. The paper's
+    # adaptive completion scheduling is not specified publicly and not implemented (see
+    # advantages.bppo_loss_mask).
     "bppo": Recipe(name="bppo", bppo_select=True),
     # VeriGate (arXiv 2605.30451): GRPO on mixed groups, PRM return-to-go on all-wrong groups;
     # clip / KL / aggregation of the GRPO baseline [INFERRED].
@@ -198,14 +330,22 @@ RECIPES: dict[str, Recipe] = {
     # DeepSeekMath §4.1.3 process supervision: normalise step rewards, then suffix-sum.
     "process_grpo": Recipe(name="process_grpo", granularity=Granularity.STEP,
                            advantage="process_grpo"),
+    # Control for BoT-GRPO's aggregation: the same information (outcome and step verdicts)
+    # pooled into one sequence reward R + w_s·(mean step reward) (e.g. 3·correct + format +
+    # 0.5·mean verdict with MathReward), then GRPO with eq. 1's population std.
+    "grpo_stepmean": Recipe(name="grpo_stepmean", granularity=Granularity.STEP,
+                            advantage="grpo_stepmean", grpo_ddof=0),
 }
 
 
-def get_recipe(name: str, **overrides) -> Recipe:
+def get_recipe(name: str, *, max_new_tokens: int | None = None, **overrides) -> Recipe:
   """A recipe of `RECIPES` by name, with fields replaced by `overrides`.
 
   Args:
     name: a key of `RECIPES`.
+    max_new_tokens: the run's generation budget; when given, the length constants the budget
+      determines (DAPO's overlong L_max / L_cache, Dr. GRPO's agg_norm) follow it
+      (`Recipe.for_budget`) unless `overrides` sets them.
     **overrides: `Recipe` fields to change, e.g. `eps_high=0.3`.
 
   Returns:
@@ -221,35 +361,97 @@ def get_recipe(name: str, **overrides) -> Recipe:
   if unknown:
     raise ValueError(f"unknown Recipe field(s) {', '.join(unknown)}; valid: "
                      f"{', '.join(sorted(fields))}")
-  return dataclasses.replace(RECIPES[name], **overrides)
+  recipe = dataclasses.replace(RECIPES[name], **overrides)
+  if max_new_tokens is not None:
+    recipe.for_budget(max_new_tokens)                       # validates the budget
+    derived = recipe._budget_fields(max_new_tokens)
+    if {"overlong_max_length", "overlong_cache_length"} & set(overrides):   # given: kept as a pair
+      derived.pop("overlong_max_length", None)
+      derived.pop("overlong_cache_length", None)
+    if "agg_norm" in overrides:
+      derived.pop("agg_norm", None)
+    recipe = dataclasses.replace(recipe, **derived)
+  return recipe
 
 
-def check_reward_inputs(recipe: Recipe, *, has_step_rewards: bool,
-                        has_token_rewards: bool) -> None:
-  """Configuration-time check that the reward function gives what the recipe reads.
+def _as_spec(spec):
+  """A RewardSpec from a RewardSpec or a reward function (its declared `spec`, else plain)."""
+  from botjax.rewards.base import RewardSpec, reward_spec  # numpy only; imported when used
+  return spec if isinstance(spec, RewardSpec) else reward_spec(spec)
+
+
+def check_reward_inputs(recipe: Recipe, spec=None, *, has_step_rewards: bool | None = None,
+                        has_token_rewards: bool | None = None) -> None:
+  """Configuration-time check that the reward gives what the recipe reads, as its spec declares.
 
   Args:
     recipe: the recipe.
-    has_step_rewards: the reward provides step scores (step_rewards, step_mask, token_step).
-    has_token_rewards: the reward provides a token-level local signal (local_rewards).
+    spec: the reward's `botjax.rewards.RewardSpec`, or a reward function (its `spec` is read; a
+      function without one is a plain sequence reward).
+    has_step_rewards, has_token_rewards: instead of `spec`, an unweighted reward that provides
+      step scores (step_rewards, step_mask, token_step) / a token-level local signal.
 
   Raises:
-    ValueError: naming the missing input and the recipes that would work without it.
+    ValueError: naming the missing input and the recipes that would work without it; or, for a
+      reward whose spec is `weighted`, a token-level recipe whose w_global / w_local are not 1
+      (the weights would apply twice: use `recipe_for_reward`).
   """
+  if spec is None:
+    from botjax.rewards.base import RewardSpec, Signal
+    spec = RewardSpec(frozenset({Signal.SEQUENCE}
+                                | ({Signal.STEP} if has_step_rewards else set())
+                                | ({Signal.TOKEN} if has_token_rewards else set())))
+  elif has_step_rewards is not None or has_token_rewards is not None:
+    raise ValueError("pass either a spec or has_step_rewards / has_token_rewards, not both")
+  spec = _as_spec(spec)
   sequence_recipes = ", ".join(n for n, r in RECIPES.items()
                                if r.granularity is Granularity.SEQUENCE)
-  if recipe.granularity is Granularity.STEP and not has_step_rewards:
+  if recipe.granularity is Granularity.STEP and not spec.steps:
     raise ValueError(
         f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) is step-level and needs step "
         f"rewards (step_rewards[B,S], step_mask[B,S], token_step[B,T]), but the reward "
         f"function provides none; use a reward with steps, or a sequence-level recipe "
         f"({sequence_recipes})")
-  if recipe.granularity is Granularity.TOKEN and not has_token_rewards:
+  if recipe.granularity is Granularity.TOKEN and not spec.token_spans:
     raise ValueError(
         f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) is token-level and needs a "
         f"token-level local reward (local_rewards[B,T], BoT-GRPO eq. 4 S_t), but the reward "
         f"function provides none; use a reward with token spans, or a sequence-level recipe "
         f"({sequence_recipes})")
+  if (spec.weighted and recipe.granularity is Granularity.TOKEN
+      and (recipe.w_global, recipe.w_local) != (1.0, 1.0)):
+    raise ValueError(
+        f"the reward already weighs its global and local parts (its spec is weighted, e.g. "
+        f"MathReward's w_g / w_s, BoT-GRPO eq. 8, or ReactReward's, eq. 6), and recipe "
+        f"{recipe.name!r} would weigh them again by w_global={recipe.w_global:g}, "
+        f"w_local={recipe.w_local:g}; use algorithms.recipe_for_reward(recipe, reward.spec) "
+        f"(w_global = w_local = 1), and set the weights on the reward function")
+
+
+def recipe_for_reward(recipe: Recipe, spec) -> Recipe:
+  """`recipe` adapted to a reward's spec, then checked (`check_reward_inputs`).
+
+  A reward whose spec is `weighted` already holds w_g·G and w_s·S (BoT-GRPO, arXiv 2610.09804,
+  eq. 6 and 8): a token-level recipe then reads them with w_global = w_local = 1, so that they
+  are not weighted twice. Other recipes are returned unchanged.
+
+    recipe = recipe_for_reward(get_recipe("bot_grpo"), MathReward(judge).spec)
+
+  Args:
+    recipe: the recipe.
+    spec: the reward's `botjax.rewards.RewardSpec`, or the reward function.
+
+  Returns:
+    The recipe to use with that reward.
+
+  Raises:
+    ValueError: the reward lacks a signal the recipe needs.
+  """
+  spec = _as_spec(spec)
+  if spec.weighted and recipe.granularity is Granularity.TOKEN:
+    recipe = dataclasses.replace(recipe, w_global=1.0, w_local=1.0)
+  check_reward_inputs(recipe, spec)
+  return recipe
 
 
 class Advantages(NamedTuple):
@@ -421,5 +623,5 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
 
 __all__ = [
     "Granularity", "Recipe", "RECIPES", "ADVANTAGE_GRANULARITY", "SURROGATES", "get_recipe",
-    "check_reward_inputs", "Advantages", "compute_advantages", "policy_loss",
+    "check_reward_inputs", "recipe_for_reward", "Advantages", "compute_advantages", "policy_loss",
 ]

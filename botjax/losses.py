@@ -7,8 +7,9 @@ value. `old_logp`, `ref_logp` and advantages never carry gradients (`stop_gradie
 Padding may hold any value, NaN included: it is replaced with `jnp.where` before arithmetic, so
 neither values nor gradients see it.
 
-Equations and sources: ALGORITHMS.md §0.3–0.5 (ratio, clipping, aggregation, KL), §4 (GSPO),
-§7 (ReCo).
+Sources: PPO (arXiv 1707.06347) and DeepSeekMath (arXiv 2402.03300) for the ratio, clipping and
+KL; DAPO (arXiv 2503.14476) and Dr. GRPO (arXiv 2503.20783) for the aggregation modes; GSPO
+(arXiv 2507.18071); ReCo (arXiv 2607.26862).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-Array = jax.Array
+from botjax.ops import f32 as _f32
+from botjax.types import Array
 
 LOG_RATIO_CLAMP = 20.0   # verl / tunix clamp of log(π/π_old) before exp
 GSPO_LOG_RATIO_MAX = 10.0  # verl / tunix upper clamp of the GSPO log sequence ratio
@@ -27,11 +29,22 @@ KL_LOG_RATIO_CLAMP = 20.0  # verl `low_var_kl`: log r clamped to ±20 ...
 KL_VALUE_CLAMP = 10.0      # ... and k3 to [−10, 10]
 RECO_PROB_CLAMP = 1e-5     # ReCo reproduction: p clamped to [1e-5, 1 − 1e-5]
 
-KL_KINDS = ("k1", "k2", "k3")
+class KlKind(enum.StrEnum):
+  """KL estimators of `kl` (Schulman's k1, k2, k3). Plain strings work too."""
+  K1 = "k1"
+  K2 = "k2"
+  K3 = "k3"
 
 
-class AggMode(str, enum.Enum):
-  """Loss aggregation modes of `aggregate` (ALGORITHMS.md §0.4). Plain strings work too."""
+KL_KINDS = tuple(k.value for k in KlKind)
+
+
+class AggMode(enum.StrEnum):
+  """Loss aggregation modes of `aggregate`. Plain strings work too.
+
+  "token_mean" (DAPO §3.3), "seq_mean_token_mean" (GRPO, DeepSeekMath eq. 3),
+  "seq_mean_token_sum", "seq_sum_norm" (Dr. GRPO's constant normaliser).
+  """
   TOKEN_MEAN = "token_mean"
   SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"
   SEQ_MEAN_TOKEN_SUM = "seq_mean_token_sum"
@@ -49,8 +62,12 @@ def agg_mode(mode) -> AggMode:
     raise ValueError(f"unknown aggregation mode {mode!r}; valid: {', '.join(AGG_MODES)}") from None
 
 
-def _f32(x) -> Array:
-  return jnp.asarray(x, dtype=jnp.float32)
+def kl_kind(kind) -> KlKind:
+  """Parses a KL estimator name (a `KlKind` or its string value)."""
+  try:
+    return KlKind(kind)
+  except ValueError:
+    raise ValueError(f"unknown KL kind {kind!r}; valid: {', '.join(KL_KINDS)}") from None
 
 
 def _mask_like(x: Array, mask) -> Array:
@@ -91,7 +108,7 @@ def kl(logp, ref_logp, *, kind: str = "k3", mask=None) -> Array:
   Args:
     logp: [B, T] float current-policy log-probs.
     ref_logp: [B, T] float reference-policy log-probs.
-    kind: "k1", "k2" or "k3".
+    kind: a `KlKind` or its value "k1", "k2" or "k3".
     mask: optional [B, T] bool; the result is zero outside it.
 
   Returns:
@@ -101,8 +118,7 @@ def kl(logp, ref_logp, *, kind: str = "k3", mask=None) -> Array:
     Schulman, Approximating KL Divergence, http://joschu.net/blog/kl-approx.html
     Shao et al., DeepSeekMath eq. 4, https://arxiv.org/abs/2402.03300
   """
-  if kind not in KL_KINDS:
-    raise ValueError(f"unknown KL kind {kind!r}; valid: {', '.join(KL_KINDS)}")
+  kind = kl_kind(kind)
   lp = _f32(logp)
   ref = jax.lax.stop_gradient(_f32(ref_logp))
   chex.assert_equal_shape([lp, ref])
@@ -111,9 +127,9 @@ def kl(logp, ref_logp, *, kind: str = "k3", mask=None) -> Array:
     lp = jnp.where(mask, lp, 0.0)
     ref = jnp.where(mask, ref, 0.0)
   diff = lp - ref
-  if kind == "k1":
+  if kind is KlKind.K1:
     out = diff
-  elif kind == "k2":
+  elif kind is KlKind.K2:
     out = 0.5 * diff * diff
   else:
     log_r = jnp.clip(ref - lp, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
@@ -253,7 +269,8 @@ def reco_surrogate(logp, old_logp, advantages, mask, *, seq_weights=None, eps_lo
     ℓ_{i,t}     = −w_i · coef_{i,t} · A_{i,t} · exp(lp − sg[lp])
 
   so ∇ℓ = −w_i · coef · A · ∇lp (the quoted ReCo update) and the value is −w·coef·A (the PPO
-  loss value on-policy). This is ALGORITHMS.md §7 "Recommended implementation" [INFERRED].
+  loss value on-policy). [INFERRED] form: the quoted ReCo update is consistent only with r^var
+  used as a detached coefficient (its own gradient flips sign at p > 0.5).
 
   Args:
     logp: [B, T] float current-policy log-probs (differentiable).
@@ -311,7 +328,9 @@ def aggregate(per_token, mask, *, mode, norm: float | None = None) -> tuple[Arra
   | "seq_sum_norm" (Dr. GRPO) | Σ_i Σ_t m·ℓ / norm | number of rows B |
 
   Summing num and den over micro-batches (or devices) and then dividing gives the whole-batch
-  value, because every term is a sum over rows. Divide with `aggregate_mean` (den clamped to 1).
+  value, because every term is a sum over rows: loss = Σ num / max(Σ den, 1). For one batch,
+  `aggregate_mean(per_token, mask, mode=mode, norm=norm)` takes the same arguments and returns
+  that quotient directly.
 
   Args:
     per_token: [B, T] float per-token values.
@@ -352,7 +371,17 @@ def aggregate(per_token, mask, *, mode, norm: float | None = None) -> tuple[Arra
 
 
 def aggregate_mean(per_token, mask, *, mode, norm: float | None = None) -> Array:
-  """The aggregated scalar num / max(den, 1) of `aggregate` (0 for an empty batch)."""
+  """The loss of one batch: num / max(den, 1) of `aggregate` (0 for an empty batch).
+
+  Args:
+    per_token: [B, T] float per-token values.
+    mask: [B, T] bool scored tokens.
+    mode: an `AggMode` or its string value.
+    norm: L_norm of "seq_sum_norm" (> 0); None for the other modes.
+
+  Returns:
+    float32 scalar.
+  """
   num, den = aggregate(per_token, mask, mode=mode, norm=norm)
   return num / jnp.maximum(den, 1.0)
 
@@ -376,7 +405,7 @@ def entropy_from_logits(logits) -> Array:
 
 
 __all__ = [
-    "AggMode", "AGG_MODES", "KL_KINDS", "agg_mode", "kl", "clipped_surrogate", "gspo_surrogate",
+    "AggMode", "AGG_MODES", "KlKind", "KL_KINDS", "agg_mode", "kl_kind", "kl", "clipped_surrogate", "gspo_surrogate",
     "reco_surrogate", "aggregate", "aggregate_mean", "entropy_from_logits",
     "LOG_RATIO_CLAMP", "GSPO_LOG_RATIO_MAX",
 ]

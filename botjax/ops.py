@@ -17,10 +17,11 @@ import chex
 import jax
 import jax.numpy as jnp
 
-Array = jax.Array
+from botjax.types import Array
 
 
-def _f32(x) -> Array:
+def f32(x) -> Array:
+  """`x` (any shape, anything `jnp.asarray` takes) as a float32 array of the same shape."""
   return jnp.asarray(x, dtype=jnp.float32)
 
 
@@ -40,7 +41,7 @@ def masked_sum(x, mask, *, axis=None, keepdims: bool = False) -> Array:
   Returns:
     float32 sums; entries outside `mask` (even NaN or inf) do not contribute.
   """
-  x, mask = _f32(x), _bool(mask)
+  x, mask = f32(x), _bool(mask)
   chex.assert_equal_shape([x, mask])
   return jnp.sum(jnp.where(mask, x, 0.0), axis=axis, keepdims=keepdims)
 
@@ -81,7 +82,7 @@ def masked_var(x, mask, *, axis=None, keepdims: bool = False, ddof: int = 0) -> 
     float32 variances (0 for selections of at most `ddof` entries' worth of data).
   """
   mean = masked_mean(x, mask, axis=axis, keepdims=True)
-  centred = jnp.where(_bool(mask), _f32(x) - mean, 0.0)
+  centred = jnp.where(_bool(mask), f32(x) - mean, 0.0)
   sq = jnp.sum(centred * centred, axis=axis, keepdims=keepdims)
   count = masked_count(mask, axis=axis, keepdims=keepdims)
   return sq / jnp.maximum(count - ddof, 1.0)
@@ -108,7 +109,7 @@ def masked_whiten(x, mask, *, ddof: int = 1, eps: float = 1e-8, shift_mean: bool
   mask = _bool(mask)
   mean = masked_mean(x, mask)
   var = masked_var(x, mask, ddof=ddof)
-  out = (_f32(x) - mean) * jax.lax.rsqrt(var + eps)
+  out = (f32(x) - mean) * jax.lax.rsqrt(var + eps)
   if not shift_mean:
     out = out + mean
   return jnp.where(mask, out, 0.0)
@@ -132,14 +133,14 @@ def segment_sum(x, group_ids, *, num_groups: int) -> Array:
   Returns:
     float32 [num_groups, ...] sums.
   """
-  return jax.ops.segment_sum(_f32(x), jnp.asarray(group_ids, jnp.int32),
+  return jax.ops.segment_sum(f32(x), jnp.asarray(group_ids, jnp.int32),
                              num_segments=num_groups)
 
 
 def segment_count(group_ids, *, num_groups: int, where=None) -> Array:
   """Rows per group (counting only rows where `where` is True): float32 [num_groups]."""
   group_ids = jnp.asarray(group_ids, jnp.int32)
-  ones = jnp.ones(group_ids.shape, jnp.float32) if where is None else _f32(_bool(where))
+  ones = jnp.ones(group_ids.shape, jnp.float32) if where is None else f32(_bool(where))
   return jax.ops.segment_sum(ones, group_ids, num_segments=num_groups)
 
 
@@ -155,7 +156,7 @@ def segment_mean(x, group_ids, *, num_groups: int, where=None) -> Array:
   Returns:
     float32 [num_groups] means.
   """
-  x = _f32(x)
+  x = f32(x)
   if where is not None:
     x = jnp.where(_bool(where), x, 0.0)
   total = segment_sum(x, group_ids, num_groups=num_groups)
@@ -165,7 +166,7 @@ def segment_mean(x, group_ids, *, num_groups: int, where=None) -> Array:
 
 def segment_max(x, group_ids, *, num_groups: int, where=None) -> Array:
   """Max over the (selected) rows of each group; empty groups give -inf."""
-  x = _f32(x)
+  x = f32(x)
   if where is not None:
     x = jnp.where(_bool(where), x, -jnp.inf)
   return jax.ops.segment_max(x, jnp.asarray(group_ids, jnp.int32), num_segments=num_groups)
@@ -173,7 +174,7 @@ def segment_max(x, group_ids, *, num_groups: int, where=None) -> Array:
 
 def segment_min(x, group_ids, *, num_groups: int, where=None) -> Array:
   """Min over the (selected) rows of each group; empty groups give +inf."""
-  x = _f32(x)
+  x = f32(x)
   if where is not None:
     x = jnp.where(_bool(where), x, jnp.inf)
   return jax.ops.segment_min(x, jnp.asarray(group_ids, jnp.int32), num_segments=num_groups)
@@ -195,7 +196,7 @@ def gather_groups(values, group_ids) -> Array:
 
 def suffix_sum(x, *, axis: int = -1) -> Array:
   """Reverse cumulative sum out[..., j] = Σ_{k ≥ j} x[..., k] (return-to-go with γ = 1)."""
-  return jax.lax.cumsum(_f32(x), axis=axis % jnp.ndim(x), reverse=True)
+  return jax.lax.cumsum(f32(x), axis=axis % jnp.ndim(x), reverse=True)
 
 
 def masked_softmax(logits, mask, *, axis: int = -1) -> Array:
@@ -211,7 +212,7 @@ def masked_softmax(logits, mask, *, axis: int = -1) -> Array:
     gradients, for any input (masked entries may hold NaN or inf).
   """
   mask = _bool(mask)
-  z = jnp.where(mask, _f32(logits), 0.0)  # inner where: no NaN enters exp or its gradient
+  z = jnp.where(mask, f32(logits), 0.0)  # inner where: no NaN enters exp or its gradient
   z_max = jnp.max(jnp.where(mask, z, -jnp.inf), axis=axis, keepdims=True)
   z_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(z_max), z_max, 0.0))
   e = jnp.where(mask, jnp.exp(z - z_max), 0.0)
@@ -337,5 +338,5 @@ __all__ = [
     "masked_sum", "masked_count", "masked_mean", "masked_var", "masked_whiten", "lengths",
     "segment_sum", "segment_count", "segment_mean", "segment_max", "segment_min",
     "gather_groups", "suffix_sum", "masked_softmax", "fused_sum", "fused_max", "fused_min",
-    "fused_logsumexp", "fused_softmax", "fused_log_softmax",
+    "fused_logsumexp", "fused_softmax", "fused_log_softmax", "f32",
 ]
