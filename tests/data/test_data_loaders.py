@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -203,3 +204,108 @@ def test_load_source_specs(tmp_path):
     L.load_source("builtin:math")
   with pytest.raises(FileNotFoundError, match="no file 'nope.jsonl'; a source is"):
     L.load_source("nope.jsonl")
+
+
+# -- The AIME 1983–2024 set, in its real column layout ----------------------------------------
+
+AIME_HEADER = ["ID", "Year", "Problem Number", "Question", "Answer", "Part"]
+
+
+def _aime_rows(n):
+  """n rows in the layout of AIME_Dataset_1983_2024.csv (Part empty before 2000, as there)."""
+  rows = []
+  for i in range(n):
+    year, number = 1983 + i // 15, 1 + i % 15
+    part = "" if year < 2000 else ("I" if i % 2 else "II")
+    rid = f"{year}-{number}" if not part else f"{year}-{part}-{number}"
+    rows.append([rid, year, number, f"Problem {i}: find ${i}^2$, given \"x\", y.", i * i % 1000,
+                 part])
+  return rows
+
+
+def _write_aime_csv(path, rows):
+  import csv
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(AIME_HEADER)
+    writer.writerows(rows)
+  return path
+
+
+def _fill_hf_cache(cache_dir, csv_path, repo=L.AIME_1983_2024):
+  """Writes what `datasets.load_dataset(repo)` leaves in its cache for a one-CSV Hub dataset:
+  <namespace>___<name>/default/0.0.0/<commit>/{dataset_info.json, <name>-train.arrow}, built
+  from `csv_path` by datasets' own CSV builder."""
+  import glob
+  import shutil
+  from datasets.packaged_modules.csv.csv import Csv
+  namespace, name = repo.split("/")
+  name = name.lower()   # datasets' snake_case of "AIME_1983_2024"
+  commit = "0" * 40
+  build = os.path.join(str(cache_dir), "_build")
+  Csv(cache_dir=build, dataset_name=name, data_files={"train": str(csv_path)},
+      config_name="default", hash=commit).download_and_prepare()
+  [built] = glob.glob(os.path.join(build, name, "*", "0.0.0", commit))
+  shutil.copytree(built, os.path.join(str(cache_dir), f"{namespace}___{name}", "default", "0.0.0",
+                                      commit))
+  shutil.rmtree(build)
+
+
+needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
+                                    reason="datasets not installed (pip install datasets)")
+
+
+@needs_datasets
+def test_aime_1983_2024_loads_offline_from_the_hf_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # never the network; read the cache only
+  rows = _aime_rows(40)
+  csv_path = _write_aime_csv(tmp_path / "AIME_Dataset_1983_2024.csv", rows)
+  cache = tmp_path / "datasets-cache"
+  with pytest.raises(RuntimeError, match=r"'di-zhang-fdu/AIME_1983_2024'.*Offline mode is on.*"
+                     + str(cache)):
+    L.load_source(L.AIME_1983_2024_SOURCE, cache_dir=str(cache))
+  _fill_hf_cache(cache, csv_path)
+  records = L.load_source(L.AIME_1983_2024_SOURCE, cache_dir=str(cache))
+  assert len(records) == 40
+  for record, (rid, year, number, question, answer, part) in zip(records, rows):
+    assert (record["id"], record["year"], record["problem"], record["answer"]) == (
+        rid, year, question, str(answer))
+    assert record["Problem Number"] == number and (record["Part"] or "") == part
+  # the same file read directly, with the same field map, gives the same problems
+  direct = L.load_records(csv_path, field_map=L.AIME_1983_2024_FIELDS)
+  core = ("id", "year", "problem", "answer")
+  assert [{k: r[k] for k in core} for r in direct] == [{k: r[k] for k in core} for r in records]
+  assert "AIME 1983–2024" in L.describe_source(L.AIME_1983_2024_SOURCE)
+
+
+def test_missing_datasets_package_says_what_to_install():
+  code = ("import sys; sys.modules['datasets'] = None\n"
+          "from botjax.data import loaders\n"
+          "try:\n  loaders.load_source(loaders.AIME_1983_2024_SOURCE)\n"
+          "except ImportError as e:\n  print(e)\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1"))
+  assert "'di-zhang-fdu/AIME_1983_2024' needs the datasets package: pip install datasets" in out.stdout
+
+
+def test_random_80_20_split_is_seeded_disjoint_complete_and_stable(tmp_path):
+  records = L.load_records(_write_aime_csv(tmp_path / "a.csv", _aime_rows(93)),
+                           field_map=L.AIME_1983_2024_FIELDS)
+  train, evals = L.split_random(records, 0.2, seed=0)
+  ids = [r["id"] for r in records]
+  train_ids, eval_ids = [r["id"] for r in train], [r["id"] for r in evals]
+  assert len(eval_ids) == round(0.2 * 93) == 19 and len(train_ids) == 74
+  assert not set(train_ids) & set(eval_ids) and sorted(train_ids + eval_ids) == sorted(ids)
+  assert train_ids == [i for i in ids if i in set(train_ids)]   # file order kept on each side
+  # stable: again, from shuffled input, and in a fresh interpreter with another hash seed
+  assert L.split_random(records, 0.2, seed=0) == (train, evals)
+  shuffled = list(records)
+  random.Random(5).shuffle(shuffled)
+  assert sorted(r["id"] for r in L.split_random(shuffled, 0.2, seed=0)[1]) == sorted(eval_ids)
+  code = ("import json, sys\nfrom botjax.data import loaders as L\n"
+          f"r = L.load_records({str(tmp_path / 'a.csv')!r}, field_map=L.AIME_1983_2024_FIELDS)\n"
+          "print(json.dumps([x['id'] for x in L.split_random(r, 0.2, seed=0)[1]]))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, PYTHONHASHSEED="123"))
+  assert json.loads(out.stdout) == eval_ids
+  assert [r["id"] for r in L.split_random(records, 0.2, seed=1)[1]] != eval_ids
