@@ -104,11 +104,21 @@ def _pair(value, name: str) -> tuple[int, int]:
   return int(value[0]), int(value[1])
 
 
-def apply_op(a: int, op: str, b: int) -> int:
-  """One operation on ints: `a + b`, `a - b`, `a * b`, or exact `a / b`.
+DIVISIONS = ("exact", "floor", "trunc")
+
+
+def apply_op(a: int, op: str, b: int, *, division: str = "exact") -> int:
+  """One operation on ints: `a + b`, `a - b`, `a * b` or `a / b`.
+
+  Args:
+    a, b: the operands.
+    op: one of OPS ("+", "-", "*", "/").
+    division: how `/` rounds: "exact" (the remainder must be 0, as in the arithmetic task),
+      "floor" (Python's `//`) or "trunc" (towards zero, as in C).
 
   Raises:
-    ValueError: unknown operator, division by zero, or inexact division.
+    ValueError: unknown operator or division mode, division by zero, or a remainder under
+      division="exact".
   """
   if op == "+":
     return a + b
@@ -116,11 +126,20 @@ def apply_op(a: int, op: str, b: int) -> int:
     return a - b
   if op == "*":
     return a * b
-  if op == "/":
-    if b == 0 or a % b:
-      raise ValueError(f"{a} / {b} is not an exact integer division")
+  if op != "/":
+    raise ValueError(f"unknown operator {op!r}; valid operators are {OPS}")
+  if division not in DIVISIONS:
+    raise ValueError(f"unknown division {division!r}; valid: {DIVISIONS}")
+  if b == 0:
+    raise ValueError(f"{a} / {b} divides by zero")
+  if division == "floor":
     return a // b
-  raise ValueError(f"unknown operator {op!r}; valid operators are {OPS}")
+  if division == "trunc":
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+  if a % b:
+    raise ValueError(f"{a} / {b} is not an exact integer division")
+  return a // b
 
 
 def _draw_step(task: ArithmeticTask, rng: random.Random, value: int) -> tuple[str, int] | None:
@@ -391,19 +410,13 @@ def _slip(value: int, rng: random.Random) -> int:
   return rng.choice(choices)
 
 
-def _trunc_div(a: int, b: int) -> int:
-  if b == 0:
-    return a
-  q = abs(a) // abs(b)
-  return q if (a >= 0) == (b > 0) else -q
-
-
 def _replay(first: int, ops: Sequence[str], operands: Sequence[int]):
   """Re-runs a chain from a (possibly wrong) start value; inexact division truncates."""
   exprs, values, value = [], [], first
   for op, b in zip(ops, operands):
     exprs.append(f"{value} {op} {b}")
-    value = _trunc_div(value, b) if op == "/" else apply_op(value, op, b)
+    # inexact division truncates; a wrong value divided by 0 stays as it is
+    value = value if op == "/" and b == 0 else apply_op(value, op, b, division="trunc")
     values.append(value)
   return exprs, values, value
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from botjax.data import arithmetic
 from botjax.rewards.base import RewardUnavailable
 
 VERDICTS = (-1, 0, 1)
@@ -151,7 +152,6 @@ class StepJudge(abc.ABC):
 
 _EQUATION = re.compile(
     r"\s*(-?\d{1,30})\s*(//|[-+*/×÷x])\s*(-?\d{1,30})\s*=\s*(-?\d{1,60})\s*\.?\s*")
-_DIVISIONS = ("floor", "trunc", "exact")
 
 
 def parse_equation(text: str) -> tuple[int, str, int, int] | None:
@@ -167,22 +167,13 @@ def parse_equation(text: str) -> tuple[int, str, int, int] | None:
   return int(m.group(1)), op, int(m.group(3)), int(m.group(4))
 
 
-def apply_op(a: int, op: str, b: int, *, division: str = "floor") -> int | None:
-  """a op b over the integers; None for division by zero or (division="exact") a remainder."""
-  if op == "+":
-    return a + b
-  if op == "-":
-    return a - b
-  if op == "*":
-    return a * b
-  if b == 0:
+def _value(a: int, op: str, b: int, division: str) -> int | None:
+  """`arithmetic.apply_op(a, op, b, division=division)`, or None where it has no integer value
+  (division by zero, a remainder under division="exact"): such a step is simply wrong."""
+  try:
+    return arithmetic.apply_op(a, op, b, division=division)
+  except ValueError:
     return None
-  if division == "floor":
-    return a // b
-  if division == "trunc":
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-  return a // b if a % b == 0 else None
 
 
 class ExactArithmeticJudge(StepJudge):
@@ -216,8 +207,8 @@ class ExactArithmeticJudge(StepJudge):
   def __init__(self, *, division: str = "exact", noise: float = 0.0, seed: int = 0,
                max_consecutive_failures: int = 32):
     super().__init__(max_consecutive_failures=max_consecutive_failures)
-    if division not in _DIVISIONS:
-      raise ValueError(f"division must be one of {_DIVISIONS}, got {division!r}")
+    if division not in arithmetic.DIVISIONS:
+      raise ValueError(f"division must be one of {arithmetic.DIVISIONS}, got {division!r}")
     if not 0.0 <= noise <= 1.0:
       raise ValueError(f"noise must be a probability in [0, 1], got {noise}")
     self.division, self.noise, self.seed = division, float(noise), int(seed)
@@ -228,7 +219,7 @@ class ExactArithmeticJudge(StepJudge):
     if parsed is None or index >= len(step_values):
       return False
     a, op, b, c = parsed
-    return apply_op(a, op, b, division=self.division) == c and c == int(step_values[index])
+    return _value(a, op, b, self.division) == c and c == int(step_values[index])
 
   def step_correct_in_context(self, steps: Sequence[str], index: int,
                               step_exprs: Sequence[str], step_values: Sequence[int]) -> bool:
@@ -248,7 +239,7 @@ class ExactArithmeticJudge(StepJudge):
       prev = parse_equation(steps[index - 1])
       expected_a = prev[3] if prev is not None else int(step_values[index - 1])
     return (op == ref_op and b == ref_b and a == expected_a
-            and apply_op(a, op, b, division=self.division) == c)
+            and _value(a, op, b, self.division) == c)
 
   def step_true(self, text: str) -> bool:
     """Whether the step is a true equation on its own (the "independent" rule)."""
@@ -256,7 +247,7 @@ class ExactArithmeticJudge(StepJudge):
     if parsed is None:
       return False
     a, op, b, c = parsed
-    return apply_op(a, op, b, division=self.division) == c
+    return _value(a, op, b, self.division) == c
 
   def _verdict(self, req: JudgeRequest) -> int:
     if "step_values" not in req.metadata:

@@ -1,8 +1,10 @@
 """Tests of the synthetic arithmetic task: generator, worked solutions, splits, parser."""
 
 import collections
+import math
 import random
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -251,3 +253,30 @@ def test_data_package_imports_no_jax_flax_or_transformers():
           " if m in sys.modules))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"
+
+
+@given(st.integers(-50, 50), st.integers(-9, 9))
+def test_apply_op_division_modes_match_exact_rational_division(a, b):
+  for op, want in (("+", a + b), ("-", a - b), ("*", a * b)):
+    for division in ar.DIVISIONS:
+      assert ar.apply_op(a, op, b, division=division) == want
+  if b == 0:
+    for division in ar.DIVISIONS:
+      with pytest.raises(ValueError, match="divides by zero"):
+        ar.apply_op(a, "/", b, division=division)
+    return
+  q = Fraction(a, b)
+  assert ar.apply_op(a, "/", b, division="floor") == math.floor(q)
+  assert ar.apply_op(a, "/", b, division="trunc") == math.trunc(q)
+  if q.denominator == 1:
+    assert ar.apply_op(a, "/", b) == int(q)
+  else:
+    with pytest.raises(ValueError, match="not an exact integer division"):
+      ar.apply_op(a, "/", b)
+
+
+def test_apply_op_names_bad_operator_and_division():
+  with pytest.raises(ValueError, match=r"unknown operator '\^'"):
+    ar.apply_op(2, "^", 3)
+  with pytest.raises(ValueError, match="unknown division 'round'.*exact"):
+    ar.apply_op(4, "/", 2, division="round")

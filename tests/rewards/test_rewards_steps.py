@@ -7,7 +7,7 @@ from botjax.data import arithmetic
 from botjax.rewards import (ExactArithmeticJudge, JudgeRequest, JudgeUnavailable, LocalModelJudge,
                             MathReward, RewardPool, judge_steps, segment_steps,
                             spans_to_token_values, step_scores, step_token_spans, windows)
-from botjax.rewards.judges import apply_op, parse_equation
+from botjax.rewards.judges import parse_equation
 from botjax.rewards.steps import propagate_errors
 
 RIGHT = ["3 + 4 = 7", "7 * 2 = 14", "14 - 5 = 9", "9 + 1 = 10", "10 * 3 = 30"]
@@ -66,7 +66,7 @@ def test_exact_step_check(text, index, values, division, expected):
 def test_parser_is_not_eval():
   assert parse_equation("__import__('os') = 1") is None
   assert parse_equation(" 12 - 30 = -18 .") == (12, "-", 30, -18)
-  assert apply_op(7, "/", 2, division="exact") is None
+  assert ExactArithmeticJudge(division="exact").step_correct("7 / 2 = 3", 0, [3]) is False
 
 
 def test_exact_judge_agrees_with_the_task_reference():
