@@ -96,6 +96,17 @@ def test_kl_k3_clamped_and_bad_kind():
     losses.kl(jnp.zeros((1, 1)), jnp.zeros((1, 1)), kind="k4")
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_kl_accepts_enum_members_like_their_strings(jit):
+  fn = both(losses.kl, "kind")[jit]
+  d = make(2)
+  for kind in losses.KlKind:
+    np.testing.assert_array_equal(fn(d["logp"], d["ref"], kind=kind, mask=d["mask"]),
+                                  fn(d["logp"], d["ref"], kind=kind.value, mask=d["mask"]))
+  assert losses.kl_kind("k2") is losses.KlKind.K2 and losses.KL_KINDS == ("k1", "k2", "k3")
+  assert f"{losses.KlKind.K3}" == "k3" and f"{losses.AggMode.TOKEN_MEAN}" == "token_mean"
+
+
 @pytest.mark.parametrize("adv_kind", ["a_seq", "a_tok"])
 @pytest.mark.parametrize("clip", [(0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 3.0)])
 @pytest.mark.parametrize("jit", [False, True])
@@ -146,6 +157,16 @@ def test_aggregate_accepts_enum_and_rejects_unknown():
     losses.aggregate(x, m, mode="seq_sum_norm")
   with pytest.raises(ValueError, match="norm"):
     losses.aggregate(x, m, mode="token_mean", norm=3.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregate_mean_takes_aggregates_arguments(mode):
+  # aggregate_mean(per_token, mask, mode=, norm=) is num / max(den, 1) of aggregate's pair.
+  d = make(3)
+  norm = 16.0 if mode == "seq_sum_norm" else None
+  num, den = losses.aggregate(d["a_tok"], d["mask"], mode=mode, norm=norm)
+  got = losses.aggregate_mean(d["a_tok"], d["mask"], mode=mode, norm=norm)
+  assert float(got) == pytest.approx(float(num) / max(float(den), 1.0), rel=1e-6)
 
 
 @pytest.mark.parametrize("mode", MODES)
