@@ -118,44 +118,60 @@ def maj_at_k(answers: Sequence[Sequence[Hashable | None]], references: Sequence[
   return hits / len(answers)
 
 
-def abba_win_rate(verdicts: Sequence[Sequence[str]], *, labels: str = "model"
-                  ) -> tuple[float, float]:
-  """Pairwise win rate of model A over model B from four judge rounds per prompt.
+def abba_outcomes(verdicts: Sequence[Sequence[str | None]], *, labels: str = "model"
+                  ) -> np.ndarray:
+  """Per-prompt outcome of model A over model B from four pairwise-judge rounds.
 
-  Rounds show the two renderings in the orders AB, BA, BA, AB (`ROUND_ORDERS`). Per prompt,
-  A's votes of 3–1 or 4–0 score 1, 2–2 is a tie scoring 0.5, 1–3 or 0–4 score 0; the win rate
-  is the mean score over prompts, the tie rate the fraction of 2–2 prompts.
+  Rounds show the two renderings in the orders AB, BA, BA, AB (`ROUND_ORDERS`). A prompt scores
+  1 when A gets more votes than B (3–1, 4–0), 0 when B does (1–3, 0–4) and 0.5 for a tie (2–2).
+  An unanswered round (None) votes for nobody: 2–1 with one unanswered round is a win, four
+  unanswered rounds a tie.
 
   Args:
-    verdicts: per prompt, the judge's four answers "A" or "B".
+    verdicts: P prompts, each four answers "A", "B" or None (no answer).
     labels: "model" if a verdict names the model (the labels stay with the models and only
       the order changes), "position" if it names the screenshot shown first ("A") or second
       ("B") in that round.
 
   Returns:
-    (win_rate, tie_rate) of model A, floats in [0, 1].
+    [P] float64 array of 1.0, 0.5 and 0.0.
 
   References:
-    Yang et al., BoT-GRPO §4.1 (pairwise VLM judge).
+    Yang et al., BoT-GRPO, arXiv 2610.09804, §4.1 (pairwise VLM judge).
   """
   if labels not in ("model", "position"):
     raise ValueError(f"labels must be 'model' or 'position', got {labels!r}")
+  out = np.empty((len(verdicts),), np.float64)
+  for i, rounds in enumerate(verdicts):
+    rounds = [None if v is None else str(v).strip().upper() for v in rounds]
+    if len(rounds) != 4 or any(v not in ("A", "B", None) for v in rounds):
+      raise ValueError(f"prompt {i}: need four verdicts 'A', 'B' or None, got {list(rounds)!r}")
+    if labels == "position":   # first-shown screenshot is model order[0] of that round
+      rounds = [None if v is None else order[0] if v == "A" else order[1]
+                for v, order in zip(rounds, ROUND_ORDERS)]
+    a_votes, b_votes = rounds.count("A"), rounds.count("B")
+    out[i] = 1.0 if a_votes > b_votes else 0.0 if a_votes < b_votes else 0.5
+  return out
+
+
+def abba_win_rate(verdicts: Sequence[Sequence[str | None]], *, labels: str = "model"
+                  ) -> tuple[float, float]:
+  """Pairwise win rate of model A over model B: the mean of `abba_outcomes` over prompts (a tie
+  counts 0.5), and the tie rate, the fraction of tied prompts.
+
+  Args:
+    verdicts, labels: as in `abba_outcomes` (P ≥ 1 prompts).
+
+  Returns:
+    (win_rate, tie_rate) of model A, floats in [0, 1].
+
+  References:
+    Yang et al., BoT-GRPO, arXiv 2610.09804, §4.1 (pairwise VLM judge).
+  """
   if not verdicts:
     raise ValueError("abba_win_rate needs at least one prompt")
-  score = ties = 0.0
-  for i, rounds in enumerate(verdicts):
-    rounds = [str(v).strip().upper() for v in rounds]
-    if len(rounds) != 4 or any(v not in ("A", "B") for v in rounds):
-      raise ValueError(f"prompt {i}: need four verdicts 'A' or 'B', got {list(rounds)!r}")
-    if labels == "position":   # first-shown screenshot is model order[0] of that round
-      rounds = [order[0] if v == "A" else order[1] for v, order in zip(rounds, ROUND_ORDERS)]
-    a_votes = sum(v == "A" for v in rounds)
-    if a_votes >= 3:
-      score += 1.0
-    elif a_votes == 2:
-      score += 0.5
-      ties += 1.0
-  return score / len(verdicts), ties / len(verdicts)
+  outcomes = abba_outcomes(verdicts, labels=labels)
+  return float(outcomes.mean()), float(np.mean(outcomes == 0.5))
 
 
 def compile_rate(results: Sequence[bool]) -> float:
@@ -176,4 +192,4 @@ def compile_rate(results: Sequence[bool]) -> float:
 
 
 __all__ = ["ROUND_ORDERS", "pass_at_k", "avg_at_n", "majority_vote", "maj_at_k",
-           "abba_win_rate", "compile_rate"]
+           "abba_outcomes", "abba_win_rate", "compile_rate"]

@@ -1,5 +1,6 @@
 """botjax.metrics against direct combinatorial oracles."""
 
+import itertools
 import math
 
 import numpy as np
@@ -77,6 +78,36 @@ def test_abba_win_rate():
   assert metrics.abba_win_rate([("A", "B", "B", "A")], labels="position") == (1.0, 0.0)
   with pytest.raises(ValueError, match="four verdicts"):
     metrics.abba_win_rate([("A", "C", "A", "A")])
+  with pytest.raises(ValueError, match="labels must be"):
+    metrics.abba_win_rate(v, labels="first")
+
+
+def _abba_outcome_loop(rounds):
+  # the rule written out: count the answered votes for each side; more votes wins, equal ties
+  a = b = 0
+  for v in rounds:
+    if v == "A":
+      a += 1
+    elif v == "B":
+      b += 1
+  return 1.0 if a > b else (0.0 if b > a else 0.5)
+
+
+def test_abba_outcomes_match_the_vote_count_with_unanswered_rounds():
+  every = [list(r) for r in itertools.product(("A", "B", None), repeat=4)]   # 81 prompts
+  got = metrics.abba_outcomes(every)
+  assert got.shape == (81,) and got.dtype == np.float64
+  np.testing.assert_array_equal(got, [_abba_outcome_loop(r) for r in every])
+  assert metrics.abba_outcomes([["A", None, "B", "A"]])[0] == 1.0        # 2-1, one unanswered
+  assert metrics.abba_outcomes([[None] * 4])[0] == 0.5                   # nobody answered: a tie
+  win, tie = metrics.abba_win_rate(every)
+  assert win == pytest.approx(np.mean([_abba_outcome_loop(r) for r in every]))
+  assert tie == pytest.approx(np.mean([_abba_outcome_loop(r) == 0.5 for r in every]))
+  # positional labels: a None stays unanswered, the answered rounds map through ROUND_ORDERS
+  assert metrics.abba_outcomes([["A", None, None, "A"]], labels="position")[0] == 1.0
+  assert metrics.abba_outcomes([[None, "A", "A", None]], labels="position")[0] == 0.0
+  with pytest.raises(ValueError, match="at least one prompt"):
+    metrics.abba_win_rate([])
 
 
 def test_compile_rate():
