@@ -1,7 +1,7 @@
 """botjax.advantages against NumPy loop oracles written from the equations, plus properties.
 
 Each oracle below is a plain Python loop over rows, groups and tokens, written from the
-equations in ALGORITHMS.md, never a vectorised copy of the implementation. The random batches
+papers' equations (each estimator's docstring names them), never a vectorised copy of the implementation. The random batches
 are ragged: empty completions, groups of one, constant groups, non-contiguous groups, an unused
 group id, holes in the mask and NaN padding.
 """
@@ -137,19 +137,43 @@ def future_cumulated(sr, sm):
   return c
 
 
-def step_return_oracle(sr, sm, ts, mask, eps=1e-6):
+def step_return_z_oracle(sr, sm, eps=1e-6):
+  """[B, S] (c_{i,j} − mean_g c) / (popstd_g c + ε) on valid steps."""
   c = future_cumulated(sr, sm)
-  out = np.zeros((B, T))
+  z = np.zeros((B, S))
   for i in range(B):
     pool = group_steps(c, sm, i)
     if not pool:
       continue
     mu = sum(pool) / len(pool)
     std = math.sqrt(sum((x - mu) ** 2 for x in pool) / len(pool))
+    for j in range(S):
+      if sm[i, j]:
+        z[i, j] = (c[i, j] - mu) / (std + eps) if max(pool) > min(pool) else 0.0
+  return z
+
+
+def has_step(sm, ts, i, t):
+  j = ts[i, t]
+  return 0 <= j < S and sm[i, j]
+
+
+def step_return_oracle(sr, sm, ts, mask, eps=1e-6):
+  z = step_return_z_oracle(sr, sm, eps)
+  out = np.zeros((B, T))
+  for i in range(B):
     for t in range(T):
-      j = ts[i, t]
-      if mask[i, t] and j >= 0 and sm[i, j]:
-        out[i, t] = (c[i, j] - mu) / (std + eps)
+      if mask[i, t] and has_step(sm, ts, i, t):
+        out[i, t] = z[i, ts[i, t]]
+  return out
+
+
+def fill_stepless_oracle(tokens, stepless, sm, ts, mask):
+  out = np.array(tokens, np.float64)
+  for i in range(B):
+    for t in range(T):
+      if mask[i, t] and not has_step(sm, ts, i, t):
+        out[i, t] = stepless[i]
   return out
 
 
@@ -167,21 +191,35 @@ def min_form_oracle(sr, sm, temp):
   return out
 
 
-def verigate_oracle(v, sr, sm, ts, mask, eps=1e-6):
-  g = grpo_oracle(v)
-  prm = step_return_oracle(sr, sm, ts, mask, eps)
+def verigate_oracle(v, sr, sm, ts, mask, eps=1e-6, ddof=1):
+  g = grpo_oracle(v, ddof=ddof)
+  z = step_return_z_oracle(sr, sm, eps)
   out = np.zeros((B, T))
   for i in range(B):
     vals = [v[j] for j in members(i)]
     mixed = max(vals) != min(vals)
+    steps = [j for j in range(S) if sm[i, j]]
     for t in range(T):
       if not mask[i, t]:
         continue
       if mixed:
         out[i, t] = g[i]
-      elif max(vals) < 0.5:
-        out[i, t] = prm[i, t]
+      elif max(vals) < 0.5:           # all wrong: PRM; a token of no step gets the first step's
+        if has_step(sm, ts, i, t):    # value, the normalised return of the whole trajectory
+          out[i, t] = z[i, ts[i, t]]
+        elif steps:
+          out[i, t] = z[i, steps[0]]
   return out
+
+
+def with_think_block(d, width=3):
+  """d with a `<think>` block: the first `width` scored tokens of half the rows in no step."""
+  e = dict(d)
+  ts = d["token_step"].copy()
+  for i in range(0, B, 2):
+    ts[i, :width] = -1
+  e["token_step"] = ts
+  return e
 
 
 # ------------------------------------------------------------------------------------------
@@ -221,6 +259,10 @@ def test_grpo_row_mask_excludes_rows():
 def test_grpo_bad_scale():
   with pytest.raises(ValueError, match="group, batch, none"):
     adv.grpo(jnp.zeros(2), jnp.zeros(2, jnp.int32), num_groups=1, scale="std")
+  r = make_batch(0)["rewards"]
+  for scale in adv.GrpoScale:
+    np.testing.assert_array_equal(adv.grpo(r, GROUP_IDS, num_groups=P, scale=scale),
+                                  adv.grpo(r, GROUP_IDS, num_groups=P, scale=scale.value))
   with pytest.raises(ValueError, match="num_groups"):
     adv.grpo(jnp.zeros(2), jnp.zeros(2, jnp.int32), num_groups=0)
 
@@ -333,6 +375,48 @@ def test_bot_grpo_reduces_to_population_grpo(seed, w_g):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def pure_token_credit_oracle(x, mask, temp):
+  out = np.zeros((B, T))
+  for i in range(B):
+    toks = [t for t in range(T) if mask[i, t]]
+    if not toks:
+      continue
+    lo = min(-x[i, t] / temp for t in toks)
+    e = {t: math.exp(-x[i, t] / temp - lo) for t in toks}
+    total = sum(e.values())
+    for t in toks:
+      out[i, t] = sum(e[u] / total * x[i, u] for u in toks if u >= t)
+  return out
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_pure_token_credit_matches_oracle(jit):
+  fn = both(adv.pure_token_credit, "temperature")[jit]
+  for seed in range(3):
+    d = make_batch(seed)
+    x = np.where(d["mask"], 0.3 * d["token_rewards"], np.nan).astype(np.float32)
+    for temp in (0.1, 1.0):
+      got = np.asarray(fn(x, d["mask"], temperature=temp))
+      np.testing.assert_allclose(got, pure_token_credit_oracle(x, d["mask"], temp), rtol=1e-5,
+                                 atol=1e-6)
+      assert np.all(got[~d["mask"]] == 0.0)
+  with pytest.raises(ValueError, match="temperature"):
+    adv.pure_token_credit(np.zeros((1, 2)), np.ones((1, 2), bool), temperature=0.0)
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_pure_token_credit_first_token_tends_to_min(seed):
+  # The first scored token's credit is Σ_t w_t S_t, which tends to min_t S_t as T → 0.
+  d = make_batch(seed)
+  x = np.where(d["mask"], np.round(d["token_rewards"], 1), 0.0).astype(np.float32)
+  first = np.argmax(d["mask"], axis=-1)
+  got = np.asarray(adv.pure_token_credit(x, d["mask"], temperature=1e-3))[np.arange(B), first]
+  lo = np.where(d["mask"], x, np.inf).min(-1)
+  nonempty = d["mask"].any(-1)
+  np.testing.assert_allclose(got[nonempty], lo[nonempty], atol=1e-3)
+
+
 # ------------------------------------------------------------------------------------------
 # Step-level estimators
 # ------------------------------------------------------------------------------------------
@@ -348,6 +432,48 @@ def test_process_grpo_matches_oracle(jit):
     want = process_oracle(d["step_rewards"], d["step_mask"], d["token_step"], d["mask"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
     assert np.all(got[d["token_step"] == -1] == 0.0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_step_estimators_give_stepless_tokens_the_sequence_term(jit):
+  # A think block / preamble before the first step (and any other token of no step) takes the
+  # given [B] sequence-level values; step tokens are unchanged.
+  pg = both(adv.process_grpo, "num_groups", "eps")[jit]
+  pure = both(adv.pure_grpo, "num_groups", "temperature")[jit]
+  for seed in range(3):
+    d = with_think_block(make_batch(seed))
+    sr, sm, ts, mask = d["step_rewards"], d["step_mask"], d["token_step"], d["mask"]
+    seq = grpo_oracle(d["rewards"], ddof=0)
+    got = np.asarray(pg(sr, sm, ts, mask, GROUP_IDS, num_groups=P, eps=1e-6, stepless=seq))
+    want = fill_stepless_oracle(process_oracle(sr, sm, ts, mask), seq, sm, ts, mask)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    think = np.zeros((B, T), bool)
+    think[::2, :3] = True
+    think &= mask
+    assert think.any() and np.all(got[think] == np.broadcast_to(seq[:, None], (B, T))[think]
+                                  .astype(np.float32))
+    base = np.asarray(pure(sr, sm, ts, mask, GROUP_IDS, num_groups=P, temperature=0.1,
+                           outcome_rewards=d["rewards"]))
+    got = np.asarray(pure(sr, sm, ts, mask, GROUP_IDS, num_groups=P, temperature=0.1,
+                          outcome_rewards=d["rewards"], stepless=seq))
+    np.testing.assert_allclose(got, fill_stepless_oracle(base, seq, sm, ts, mask), rtol=1e-6,
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_stepless_tokens_and_step_mean_match_loops(jit):
+  fn = both(adv.stepless_tokens)[jit]
+  mean = both(adv.step_mean)[jit]
+  for seed in range(3):
+    d = with_think_block(make_batch(seed))
+    got = np.asarray(fn(d["step_mask"], d["token_step"], d["mask"]))
+    for i in range(B):
+      for t in range(T):
+        assert got[i, t] == (d["mask"][i, t] and not has_step(d["step_mask"], d["token_step"],
+                                                              i, t))
+      steps = [d["step_rewards"][i, j] for j in range(S) if d["step_mask"][i, j]]
+      want = sum(steps) / len(steps) if steps else 0.0
+      assert float(mean(d["step_rewards"], d["step_mask"])[i]) == pytest.approx(want, abs=1e-6)
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -419,6 +545,25 @@ def test_verigate_matches_oracle(jit):
     want = verigate_oracle(v, d["step_rewards"], d["step_mask"], d["token_step"], d["mask"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
     assert np.all(got[GROUP_IDS == 2] == 0.0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_verigate_think_block_and_population_std(jit):
+  fn = both(adv.verigate, "num_groups", "eps", "ddof")[jit]
+  for seed in range(3):
+    d = with_think_block(make_batch(seed))
+    v = (d["rewards"] > 0.6).astype(np.float32)
+    v[GROUP_IDS == 1] = 0.0                     # an all-wrong group (rows 1, 4, 7, 10)
+    for ddof in (0, 1):
+      got = np.asarray(fn(v, d["step_rewards"], d["step_mask"], d["token_step"], d["mask"],
+                          GROUP_IDS, num_groups=P, eps=1e-6, ddof=ddof))
+      want = verigate_oracle(v, d["step_rewards"], d["step_mask"], d["token_step"], d["mask"],
+                             ddof=ddof)
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    # the think block of an all-wrong row with steps is trained
+    rows = [i for i in range(0, B, 2) if GROUP_IDS[i] == 1 and d["step_mask"][i].any()
+            and d["mask"][i, :3].any()]
+    assert rows and all(np.abs(got[i, :3][d["mask"][i, :3]]).sum() > 0 for i in rows)
 
 
 # ------------------------------------------------------------------------------------------
@@ -528,7 +673,9 @@ def test_dynamic_sampling_keep(jit):
 # ------------------------------------------------------------------------------------------
 
 _J = {name: jax.jit(getattr(adv, name), static_argnames="num_groups")
-      for name in ("bot_grpo", "process_grpo", "verigate", "pure_grpo", "reinforce_pp_baseline")}
+      for name in ("bot_grpo", "process_grpo", "verigate", "pure_grpo", "reinforce_pp_baseline",
+                   "grpo")}
+_J["pure_token_credit"] = jax.jit(adv.pure_token_credit)
 TOKEN_ESTIMATORS = {   # jitted: the properties reuse one compilation per shape
     "bot_grpo": lambda d, ids: _J["bot_grpo"](d["token_rewards"], d["mask"], ids, num_groups=P),
     "process_grpo": lambda d, ids: _J["process_grpo"](d["step_rewards"], d["step_mask"],
@@ -542,6 +689,10 @@ TOKEN_ESTIMATORS = {   # jitted: the properties reuse one compilation per shape
                                                 outcome_rewards=d["rewards"]),
     "reinforce_pp": lambda d, ids: _J["reinforce_pp_baseline"](d["rewards"], d["mask"], ids,
                                                                num_groups=P),
+    "process_grpo_stepless": lambda d, ids: _J["process_grpo"](
+        d["step_rewards"], d["step_mask"], d["token_step"], d["mask"], ids, num_groups=P,
+        stepless=_J["grpo"](d["rewards"], ids, num_groups=P)),
+    "pure_token_credit": lambda d, ids: _J["pure_token_credit"](d["token_rewards"], d["mask"]),
 }
 
 
