@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import jax
@@ -26,9 +27,45 @@ _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
 
 
+_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
+_TRUE = ("1", "on", "yes", "true")
+
+
+def hub_offline() -> bool:
+  """True when HF_HUB_OFFLINE is set, read now (huggingface_hub reads it once, at import)."""
+  from huggingface_hub import constants
+  return (os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+          or bool(constants.HF_HUB_OFFLINE))
+
+
+def looks_like_path(path_or_repo: str) -> bool:
+  """True for strings that can only be a directory, never a Hub repo id (`owner/name`): they
+  start with `/`, `.` or `~`, contain a backslash (Windows), or hold more than one `/`."""
+  s = os.fspath(path_or_repo)
+  return (s.startswith(("/", ".", "~")) or s.endswith("/") or s.count("/") > 1
+          or any(sep and sep != "/" and sep in s for sep in (os.sep, os.altsep)))
+
+
+def _missing_files(ckpt: str) -> list[str]:
+  """Files a loadable checkpoint directory lacks: config.json and the safetensors it needs."""
+  missing = [] if os.path.exists(os.path.join(ckpt, "config.json")) else ["config.json"]
+  index = os.path.join(ckpt, _INDEX)
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = sorted(set(json.load(f)["weight_map"].values()))
+    missing += [s for s in shards if not os.path.exists(os.path.join(ckpt, s))]
+  elif not os.path.exists(os.path.join(ckpt, _SINGLE)):
+    missing.append(f"{_SINGLE} or {_INDEX}")
+  return missing
+
+
 def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = None,
                        cache_dir: str | None = None) -> str:
   """A local directory holding `config.json`: `path_or_repo` itself, or its HF-cache snapshot.
+
+  A Hub repo id that is not (completely) in the HF cache is downloaded into it, with a progress
+  bar, unless offline: `local_files_only=True`, or HF_HUB_OFFLINE=1 when `local_files_only` is
+  None. Only the files a model needs are fetched (config and tokenizer files, safetensors).
 
   Args:
     path_or_repo: a directory, or a Hub repo id such as `Qwen/Qwen2.5-3B`.
@@ -37,26 +74,60 @@ def resolve_checkpoint(path_or_repo: str, *, local_files_only: bool | None = Non
 
   Returns:
     The directory path.
+
+  Raises:
+    FileNotFoundError: "no such directory: <path>" for a missing path; for a repo id offline and
+      not cached, or a failed download, what to do about it.
   """
-  if os.path.isdir(path_or_repo):
-    if not os.path.exists(os.path.join(path_or_repo, "config.json")):
-      raise FileNotFoundError(f"{path_or_repo} has no config.json")
-    return path_or_repo
+  path_or_repo = os.fspath(path_or_repo)
+  path = os.path.expanduser(path_or_repo)
+  if os.path.isdir(path):
+    if not os.path.exists(os.path.join(path, "config.json")):
+      raise FileNotFoundError(f"{path_or_repo} has no config.json: a checkpoint directory holds "
+                              "config.json, *.safetensors and the tokenizer files")
+    return path
+  if looks_like_path(path_or_repo):
+    raise FileNotFoundError(f"no such directory: {path_or_repo}" + (
+        f" ({path})" if path != path_or_repo else "") + "; pass a checkpoint directory "
+        "(config.json, *.safetensors, tokenizer files) or a Hub repo id such as Qwen/Qwen2.5-3B")
   import huggingface_hub  # only for repo ids; a local directory needs no hub code
   from huggingface_hub import constants
 
-  if local_files_only is None:
-    local_files_only = bool(constants.HF_HUB_OFFLINE)
+  repo = path_or_repo
+  offline = hub_offline() if local_files_only is None else bool(local_files_only)
   cache = cache_dir or constants.HF_HUB_CACHE
   try:
-    return huggingface_hub.snapshot_download(
-        path_or_repo, local_files_only=local_files_only, cache_dir=cache,
-        allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"])
-  except Exception as e:  # the hub raises several types for "not there"
+    cached = huggingface_hub.snapshot_download(repo, local_files_only=True, cache_dir=cache,
+                                               allow_patterns=_ALLOW_PATTERNS)
+  except Exception:  # the hub raises several types for "not there", among them HFValidationError
+    cached = None
+  missing = _missing_files(cached) if cached else ["everything"]
+  if not missing:
+    return cached
+  where = (f"the HF cache at {cache} has no snapshot of it" if cached is None else
+           f"its snapshot in the HF cache at {cached} lacks {', '.join(missing)}")
+  if offline:
     raise FileNotFoundError(
-        f"could not find checkpoint {path_or_repo!r}: it is not a local directory, and the HF "
-        f"cache at {cache} has no snapshot of it "
-        f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
+        f"checkpoint {repo!r} is not a local directory, and {where}. Offline "
+        f"(HF_HUB_OFFLINE=1, --offline or local_files_only=True), so it is not downloaded. "
+        f"To fix: run once with network and without HF_HUB_OFFLINE / --offline (it downloads "
+        f"into the cache), or run `hf download {repo}` where there is network and copy the HF "
+        f"cache here (HF_HUB_CACHE), or pass a local checkpoint directory.")
+  print(f"checkpoint {repo!r}: {where}; downloading it from the Hugging Face Hub "
+        f"({constants.ENDPOINT}) into {cache}", file=sys.stderr, flush=True)
+  try:
+    ckpt = huggingface_hub.snapshot_download(repo, cache_dir=cache,
+                                             allow_patterns=_ALLOW_PATTERNS)
+  except Exception as e:  # network, auth, unknown repo
+    raise FileNotFoundError(
+        f"could not download checkpoint {repo!r} into {cache}: {type(e).__name__}: {e}. Check "
+        f"the repo id and the network (a gated repo needs `hf auth login` or HF_TOKEN), or set "
+        f"HF_HUB_OFFLINE=1 and pass a local checkpoint directory.") from e
+  missing = _missing_files(ckpt)
+  if missing:
+    raise FileNotFoundError(f"checkpoint {repo!r} downloaded to {ckpt} lacks {missing}: is it "
+                            "a safetensors checkpoint of a causal language model?")
+  return ckpt
 
 
 def _weight_files(ckpt: str) -> list[str]:
@@ -92,12 +163,14 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
   names the offending tensor.
 
   Args:
-    path_or_repo: a local directory, or a Hub repo id looked up in the HF cache.
+    path_or_repo: a local directory, or a Hub repo id: read from the HF cache, downloaded into
+      it first when missing and online (see `resolve_checkpoint`).
     dtype: computation dtype of the model.
     param_dtype: storage dtype of the parameters.
     mesh: place each parameter on its sharding on this mesh (default: the first device).
     rules: logical-axis rules (see `botjax.models.sharding.RULES`).
-    local_files_only: for repo ids: never go to the network.
+    local_files_only: for repo ids: never go to the network (default: True when
+      HF_HUB_OFFLINE is set).
     cache_dir: for repo ids: the HF cache directory (default: the hub's).
 
   Returns:
@@ -222,7 +295,10 @@ def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
 
 def load_tokenizer(path_or_repo: str, *, local_files_only: bool | None = None,
                    cache_dir: str | None = None):
-  """`transformers.AutoTokenizer` from the checkpoint directory (local files, chat template)."""
+  """`transformers.AutoTokenizer` from the checkpoint directory (local files, chat template).
+
+  `path_or_repo`, `local_files_only` and `cache_dir` as in `resolve_checkpoint`.
+  """
   from transformers import AutoTokenizer
 
   ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only, cache_dir=cache_dir)

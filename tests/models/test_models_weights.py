@@ -11,6 +11,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 import botjax.models as bm
+from botjax.models import weights
 from conftest import hf_logits, left_padded_batch, make_hf_model, torch, transformers
 
 ATOL = 1e-4
@@ -107,6 +108,42 @@ def test_errors_name_the_offending_tensor(hf_checkpoint, tmp_path):
 def test_missing_checkpoint_says_where_it_looked(tmp_path):
   with pytest.raises(FileNotFoundError, match=rf"'nobody/no-such-model'.*{tmp_path}"):
     bm.load_pretrained("nobody/no-such-model", local_files_only=True, cache_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("path", ["/nonexistent/qwen", "./no-such-ckpt", "../no-such-ckpt",
+                                  "~/no-such-botjax-ckpt", "runs/aime/hf_final"])
+def test_missing_local_path_says_no_such_directory(path, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(FileNotFoundError, match=rf"^no such directory: {path}\b"):
+    bm.load_pretrained(path, cache_dir=str(tmp_path))   # offline or not: never the Hub
+  assert weights.looks_like_path(path)
+  for repo in ("Qwen/Qwen2.5-3B", "gpt2", "HuggingFaceTB/SmolLM3-3B"):
+    assert not weights.looks_like_path(repo)
+
+
+def test_repo_not_in_the_cache_offline_says_how_to_fix(tmp_path, monkeypatch):
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # read at call time: no local_files_only needed
+  with pytest.raises(FileNotFoundError) as e:
+    bm.load_pretrained("acme/not-cached", cache_dir=str(tmp_path))
+  msg = str(e.value)
+  assert f"the HF cache at {tmp_path} has no snapshot" in msg and "HF_HUB_OFFLINE=1" in msg
+  assert "hf download acme/not-cached" in msg and "not downloaded" in msg
+
+
+def test_incomplete_cached_snapshot_offline_names_the_missing_files(hf_checkpoint, tmp_path,
+                                                                   monkeypatch):
+  """A snapshot holding only config.json (as a config-only lookup leaves it) is not a checkpoint."""
+  path, _ = hf_checkpoint("qwen2_tied_kv1")
+  commit = "1" * 40
+  snap = tmp_path / "models--acme--partial" / "snapshots" / commit
+  snap.mkdir(parents=True)
+  shutil.copy(os.path.join(path, "config.json"), snap / "config.json")
+  (tmp_path / "models--acme--partial" / "refs").mkdir()
+  (tmp_path / "models--acme--partial" / "refs" / "main").write_text(commit)
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  with pytest.raises(FileNotFoundError, match=r"snapshot in the HF cache at .* lacks "
+                     r"model\.safetensors or model\.safetensors\.index\.json.*not downloaded"):
+    weights.resolve_checkpoint("acme/partial", cache_dir=str(tmp_path))
 
 
 def test_loads_from_the_hf_cache_layout(hf_checkpoint, tmp_path):
