@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
 from botjax.models import sharding
+from botjax import plotting  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
@@ -80,8 +81,8 @@ def main(argv):
   base = [r for recs in runs.values() for r in recs]
   start = next((r["eval/accuracy"] for recs in base for r in recs if "eval/accuracy" in r), 0.0)
   thresholds = [round(start + d, 2) for d in (0.10, 0.15, 0.25)]
-  png = report.plot_runs(runs, os.path.join(FLAGS.workdir, "quickstart.png"),
-                         title="Arithmetic quick-start (tiny Qwen2, CPU)", thresholds=thresholds)
+  png = plotting.plot_runs(runs, os.path.join(FLAGS.workdir, "quickstart.png"),
+                           title="Arithmetic quick-start (tiny Qwen2, CPU)", thresholds=thresholds)
   table = report.summary_table(runs, thresholds=thresholds)
   total = time.perf_counter() - t_start
   md = os.path.join(FLAGS.workdir, "quickstart.md")

@@ -1,5 +1,5 @@
-"""experiments/plot.py: loading runs, seed grouping, threshold crossings, figures and the CLI."""
-import importlib.util
+"""botjax.plotting (loading runs, seed grouping, threshold crossings, figures) and the CLI of
+experiments/plot.py that wires it."""
 import json
 import os
 import subprocess
@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from botjax import plotting as plot
 from botjax.train.writer import MetricsWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
 
-_spec = importlib.util.spec_from_file_location("botjax_experiments_plot", SCRIPT)
-plot = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plot)
 
 # Exact binary fractions, so the seed means below are exact.
 ACC = {
@@ -249,3 +247,27 @@ def test_cli_errors_exit_2(run_dirs, tmp_path):
   r = _cli(f"--runs={run_dirs[0]}", "--kind=passk", "--ks=8", f"--out={tmp_path / 'a.png'}")
   assert r.returncode == 2 and "pass@8 is not logged" in r.stderr
   assert not (tmp_path / "a.png").exists()
+
+
+def test_plot_runs_draws_one_panel_per_key(run_dirs, tmp_path):
+  runs = plot.load_runs(run_dirs)
+  out = plot.plot_runs(runs, str(tmp_path / "runs.png"), title="t", thresholds=[0.3])
+  _check_png(out, min_w=1000)     # two panels of 5.5 inches at 120 dpi
+  # a key no run logs leaves its panel empty instead of failing
+  out = plot.plot_runs(runs, str(tmp_path / "one.png"), keys=(("eval/nothing", "x"),))
+  with Image.open(out) as img:
+    assert img.size[0] >= 600
+
+
+def test_plot_compile_rate_draws_the_runs(tmp_path):
+  runs = {"bot_grpo": [(50, 0.85), (0, 0.2), (100, 0.9)], "grpo": [(0, 0.2), (100, 0.6)]}
+  _check_png(plot.plot_compile_rate(runs, str(tmp_path / "fig1.png")))
+  _check_png(plot.plot_compile_rate(runs, str(tmp_path / "fig1b.png"), threshold=None))
+
+
+def test_plotting_imports_neither_matplotlib_nor_jax():
+  code = ("import sys, botjax.plotting\n"
+          "print([m for m in ('matplotlib', 'jax', 'flax') if m in sys.modules])")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       check=True, cwd=ROOT)
+  assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -5,6 +5,7 @@ import io
 import pytest
 from PIL import Image
 
+from botjax import metrics
 from botjax.rewards.react import evaluate as ev
 from botjax.rewards.react import judges as J
 from _react_openai_server import OpenAIServer, images, texts
@@ -132,20 +133,19 @@ def test_pairwise_abba_order_and_mapping(server):
 
 
 def test_abba_outcomes_on_hand_made_verdicts():
-  assert ev.abba_outcome([1, 1, 0, 1]) == 1.0  # 3-1
-  assert ev.abba_outcome([0, 1, 0, 0]) == 0.0  # 1-3
-  assert ev.abba_outcome([1, 1, 1, 1]) == 1.0  # 4-0
-  assert ev.abba_outcome([0, 0, 0, 0]) == 0.0  # 0-4
-  assert ev.abba_outcome([1, 0, 0, 1]) == 0.5  # 2-2
-  assert ev.abba_outcome([None, None, None, None]) == 0.5
-  assert ev.abba_outcome([1, None, 0, 1]) == 1.0
-  # the local rule agrees with botjax.metrics on complete ABBA sequences
-  from botjax import metrics
+  # the judge's per-round floats (1.0: A won) as the letters botjax.metrics reads
+  def outcome(rounds):
+    letters = [None if v is None else "A" if v >= 0.5 else "B" for v in rounds]
+    return float(metrics.abba_outcomes([letters])[0])
+  assert outcome([1, 1, 0, 1]) == 1.0  # 3-1
+  assert outcome([0, 1, 0, 0]) == 0.0  # 1-3
+  assert outcome([1, 1, 1, 1]) == 1.0  # 4-0
+  assert outcome([0, 0, 0, 0]) == 0.0  # 0-4
+  assert outcome([1, 0, 0, 1]) == 0.5  # 2-2
+  assert outcome([None, None, None, None]) == 0.5
+  assert outcome([1, None, 0, 1]) == 1.0
   seqs = [[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 1], [0, 0, 1, 0], [0, 1, 1, 0]]
-  letters = [["A" if v else "B" for v in s] for s in seqs]
-  local = ev.win_rate([ev.abba_outcome(s) for s in seqs])
-  assert (local["win_rate"], local["tie_rate"]) == pytest.approx(
-      metrics.abba_win_rate(letters, labels="model"))
+  local = ev.win_rate([outcome(s) for s in seqs])
   assert local["win_rate"] == pytest.approx(3 / 5) and local["tie_rate"] == pytest.approx(2 / 5)
   r = ev.win_rate([1.0, 1.0, 0.5, 0.0])
   assert r == {"win_rate": 0.625, "tie_rate": 0.25, "wins": 2, "losses": 1, "ties": 1, "n": 4}
