@@ -5,18 +5,20 @@ Entry points:
       the RewardFn; `.score(...)` also returns diagnostics, screenshots and verdicts.
   load_prompts() / load_prompts_jsonl(path) / load_hf_prompts(...) / split_prompts(...)
       React prompt sets (a built-in set of a few dozen requests for CPU runs).
-  compile_rate(...), pairwise_win_rate(...), plot_compile_rate(...), plot_win_rates(...)
+  compile_rate(...), visible_rate(...), pairwise_win_rate(...), plot_compile_rate(...), plot_win_rates(...)
       held-out evaluation (ABBA pairwise VLM protocol).
 Model-written code never runs in the calling process: Node workers only parse and bundle it, and
 Chromium renders it with the network blocked and time and memory limits.
 """
 from botjax.rewards.react.evaluate import (
+    abba_outcome,
     compile_rate,
     evaluate_compile_rate,
     pairwise_win_rate,
     plot_compile_rate,
     plot_win_rates,
     save_json,
+    visible_rate,
     win_rate,
 )
 from botjax.rewards.react.extract import ExtractedCode, extract_component, line_spans
@@ -69,10 +71,10 @@ from botjax.rewards.react.toolchain import (
 )
 
 __all__ = [
-    "SYSTEM_PROMPT", "ReactPrompt", "check_toolchain", "builtin_prompts", "chat_messages",
+    "SYSTEM_PROMPT", "ReactPrompt", "abba_outcome", "check_toolchain", "builtin_prompts", "chat_messages",
     "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
     "load_prompts_jsonl", "pairwise_win_rate", "plot_compile_rate", "plot_win_rates", "save_json",
-    "split_prompts", "validate_prompts", "win_rate",
+    "split_prompts", "validate_prompts", "visible_rate", "win_rate",
     "ALLOWED_MODULES", "ChatClient", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
     "ExtractedCode", "JudgeConfig", "LintMessage", "LintWeights", "NodePool", "PairwiseJudge",
     "ReactReward", "ReactRewardConfig", "ReactScore", "RenderResult", "Renderer",

@@ -6,6 +6,14 @@ BoT-GRPO's React reward (eq. 6–7) gives token t of rollout k
 
 where E holds the flagged code lines, p_ℓ < 0 merges (adds) compiler, ESLint and judge penalties of
 line ℓ, and w = 3 lines. Tokens outside the code block get no local term.
+
+Steps for step-level recipes (PURE, VeriGate, process GRPO): the completion is cut into
+blank-line-separated blocks, the step segmentation PURE uses (its reference implementation,
+CJReinforce/PURE, ends a step at every token whose text ends with "\n\n"; Cheng et al., arXiv
+2504.15275). A block's step score is w_ℓ · Σ p_ℓ over the flagged code lines inside it (the raw
+merged penalties, without φ: the step recipes aggregate steps their own way), 0 for prose blocks.
+Code lines rather than blocks would make every line a PURE step; a blank line is the unit both
+PURE and the code itself use to separate logical pieces (imports, state, handlers, markup).
 """
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from botjax.rewards.base import Span
-from botjax.rewards.react.extract import ExtractedCode
+from botjax.rewards.react.extract import ExtractedCode, line_spans
 
 SEVERITIES = ("fatal", "error", "warning")
 
@@ -145,3 +153,64 @@ def line_spans_of(values: np.ndarray, extracted: ExtractedCode, *,
       start, end = extracted.code_line_span(j)
       spans.append((start, end, float(weight * v)))
   return spans
+
+
+def text_blocks(text: str) -> list[tuple[int, int]]:
+  """Blank-line-separated blocks of `text`: half-open ranges [a, b) of line indices (lines as in
+  `extract.line_spans`) of maximal runs of lines holding a non-space character.
+
+  Example: text_blocks("a\nb\n\n  \nc") == [(0, 2), (4, 5)].
+  """
+  lines = [text[a:b] for a, b in line_spans(text)]
+  out, i = [], 0
+  while i < len(lines):
+    if not lines[i].strip():
+      i += 1
+      continue
+    j = i
+    while j < len(lines) and lines[j].strip():
+      j += 1
+    out.append((i, j))
+    i = j
+  return out
+
+
+def step_spans_of(penalties: Mapping[int, float], completion: str,
+                  extracted: ExtractedCode | None, *, weight: float = 1.0) -> list[Span]:
+  """Steps of a completion with their scores: (char_start, char_end, w_ℓ · Σ_{ℓ in step} p_ℓ).
+
+  Step k is the k-th blank-line-separated block of the completion (`text_blocks`) together with
+  the blank lines after it; the first step also starts at character 0 (leading blank lines), so
+  the steps tile the whole completion and every token lies in one. A penalised code line ℓ is
+  completion line `extracted.first_line + ℓ`; its p_ℓ goes to the step holding that line.
+
+  Args:
+    penalties: code line ℓ (0-based) -> p_ℓ (merged line penalties); lines outside the code are
+      ignored.
+    completion: the completion text (S steps).
+    extracted: its component (None when there is none: every step scores 0).
+    weight: w_ℓ.
+
+  Returns:
+    S ≥ 1 spans in text order; a completion without any non-blank line is one step of score 0.
+
+  Raises:
+    ValueError: when `extracted` was not cut from `completion`.
+  """
+  spans = line_spans(completion)
+  if extracted is not None and extracted.line_spans != spans:
+    raise ValueError("extracted was not cut from this completion (its line spans differ)")
+  blocks = text_blocks(completion)
+  if not blocks:
+    return [(0, len(completion), 0.0)]
+  first_lines = np.asarray([a for a, _ in blocks], np.int64)
+  starts = [0] + [spans[a][0] for a, _ in blocks[1:]]
+  ends = starts[1:] + [len(completion)]
+  scores = [0.0] * len(blocks)
+  if extracted is not None:
+    for line, p in penalties.items():
+      if 0 <= int(line) < extracted.num_lines and p != 0.0:
+        j = extracted.first_line + int(line)
+        k = max(int(np.searchsorted(first_lines, j, side="right")) - 1, 0)
+        scores[k] += float(weight * p)
+  return [(a, b, v) for a, b, v in zip(starts, ends, scores)]

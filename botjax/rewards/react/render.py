@@ -98,8 +98,12 @@ def page_html(bundle: str, css: str = "", vendor_scripts: Sequence[str] = (), *,
 class RenderResult:
   """How one page rendered.
 
+  A blank page renders: the component mounted and the page was shot, it just shows nothing. That
+  is the paper's notion of "renders" (BoT-GRPO, arXiv 2610.09804, App. C: a blank page still
+  counts as compiled); `visible` is the stricter "renders something visible".
+
   Attributes:
-    ok: mounted without error, nothing forbidden attempted, and something visible on screen.
+    ok: mounted without error and nothing forbidden attempted (a blank page is ok).
     screenshot: PNG bytes of the 1280x800 viewport, or None when no screenshot was taken.
     blank: the screenshot is a single colour (nothing visible rendered).
     error: why the item failed (None when ok).
@@ -116,6 +120,11 @@ class RenderResult:
   console_count: int = 0
   text: str = ""
   seconds: float = 0.0
+
+  @property
+  def visible(self) -> bool:
+    """Rendered (`ok`) and something visible on screen (not `blank`)."""
+    return self.ok and not self.blank
 
 
 def is_blank(png: bytes) -> bool:
@@ -405,8 +414,6 @@ class Renderer:
       error = "network access blocked: " + "; ".join(state["network"][:3])
     elif state["console"] > self.max_console_messages:
       error = f"console flood: {state['console']} messages (limit {self.max_console_messages})"
-    elif blank:
-      error = "blank page: nothing visible rendered"
     return RenderResult(ok=error is None, screenshot=png, blank=blank, error=error, text=text)
 
   async def _render_all(self, htmls: Sequence[str]) -> list[RenderResult]:

@@ -5,18 +5,23 @@
 r_global = compile + render + lint + judge + vlm (components of the same names):
   compile: `failure_penalty` when no component is found or it does not transpile/bundle (or
            imports a module outside the allowed set), else 0;
-  render:  `failure_penalty` when it compiles but throws, times out, crashes, touches the network,
-           floods the console or renders nothing visible, else 0;
+  render:  `failure_penalty` when it compiles but throws, times out, crashes, touches the network
+           or floods the console, else 0; a blank page (nothing visible) is not a render failure
+           unless `blank_is_failure` (off by default, as in the paper: that is what lets a reward
+           without the code judge be hacked by blank pages, BoT-GRPO arXiv 2610.09804 §4.4);
   lint:    `lint_weight` · Σ over ESLint messages of fatal −0.5 / error −0.1 / warning −0.02;
   judge:   `code_judge_weight` · (code judge score / 10; −0.3 non-React; 0 unparseable);
-  vlm:     `vlm_weight` · (screenshot judge score / 10; −0.3 when no component could be rendered).
+  vlm:     `vlm_weight` · (screenshot judge score / 10; `vlm_failure_score` = −0.3 when code
+           extraction or transpilation failed; 0 when it compiled but did not render, App. D).
 p_ℓ adds, per code line: −1 per line flagged by the compiler (−1/|E| renormalised), the ESLint
 severities, the code judge's impacts/10 (· `judge_line_weight`) and optionally the VLM's
 (· `vlm_line_weight`). Per-line values are mapped to the completion's characters; tokens outside
-the code block get no local term.
+the code block get no local term. For step-level recipes (PURE, VeriGate, process GRPO) `steps`
+holds the completion's blank-line-separated blocks, each scored w_ℓ · Σ p_ℓ over its code lines
+(`penalties.step_spans_of`).
 
 References:
-  BoT-GRPO (Yang et al.), eq. 6–7 and App. D (no arXiv id found).
+  BoT-GRPO (Yang et al.), arXiv 2610.09804, eq. 6–7 and App. D.
 """
 from __future__ import annotations
 
@@ -46,7 +51,8 @@ class ReactRewardConfig:
     lint_floor: lower bound of the aggregated ESLint score (None: unbounded).
     code_judge_weight: weight of the code judge score.
     vlm_weight: weight of the screenshot judge score.
-    vlm_failure_score: VLM score when no component could be rendered.
+    vlm_failure_score: VLM score when code extraction or transpilation failed (a render failure
+      scores 0: there is no screenshot to judge).
     line_weight: w_ℓ, weight of the local (line) term.
     window: w of φ, in lines.
     compile_line_penalty: p of a line flagged by the compiler.
@@ -57,6 +63,8 @@ class ReactRewardConfig:
     lint: run ESLint.
     typecheck: add `tsc --strict` diagnostics as compiler line penalties (slower).
     render: render in Chromium (off: compile failures only, no screenshots, no VLM).
+    blank_is_failure: count a blank page (mounted, nothing visible) as a render failure: the
+      `render` penalty, no VLM call, VLM term 0 (default False, the paper's rule).
     allowed_modules: modules a component may import.
     node_workers, compile_timeout_s, node_memory_mb: Node toolchain pool.
     render_concurrency, render_timeout_s, js_heap_mb, render_memory_mb, settle_ms,
@@ -78,6 +86,7 @@ class ReactRewardConfig:
   lint: bool = True
   typecheck: bool = False
   render: bool = True
+  blank_is_failure: bool = False
   allowed_modules: tuple[str, ...] = ALLOWED_MODULES
   node_workers: int = 2
   compile_timeout_s: float = 20.0
@@ -114,12 +123,18 @@ class ReactScore:
 
   @property
   def compiles_and_renders(self) -> bool:
-    """The paper's compile-rate event: transpiles and renders something visible."""
+    """The paper's compile-rate event: transpiles and renders; a blank page counts (BoT-GRPO,
+    arXiv 2610.09804, App. C)."""
     return bool(self.compiled and self.compiled.ok and self.rendered and self.rendered.ok)
 
   @property
+  def renders_visible(self) -> bool:
+    """The stricter event: transpiles and renders something visible (not a blank page)."""
+    return self.compiles_and_renders and self.rendered.visible
+
+  @property
   def screenshot(self) -> bytes | None:
-    """PNG of a successful render, else None."""
+    """PNG of a successful render (a blank page included), else None."""
     return self.rendered.screenshot if self.rendered and self.rendered.ok else None
 
 
@@ -230,7 +245,7 @@ class ReactReward:
         code_verdicts[i] = v
     vlm_verdicts: list[VLMVerdict | None] = [None] * len(completions)
     if self.vlm_judge is not None:
-      shown = [i for i in range(len(completions)) if rendered[i] is not None and rendered[i].ok]
+      shown = [i for i in range(len(completions)) if self._renders(rendered[i])]
       if shown:
         verdicts = self.vlm_judge.judge([prompts[i] for i in shown],
                                         [rendered[i].screenshot for i in shown],
@@ -238,15 +253,20 @@ class ReactReward:
         for i, v in zip(shown, verdicts):
           vlm_verdicts[i] = v
     scores = [self.compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
-                            vlm_verdicts[i]) for i in range(len(completions))]
+                            vlm_verdicts[i], completion=completions[i])
+              for i in range(len(completions))]
     for i, error in broken.items():  # infrastructure failures are fallbacks, flagged as such
       scores[i] = dataclasses.replace(
           scores[i], result=dataclasses.replace(scores[i].result, failed=True, error=error))
     return scores
 
+  def _renders(self, rend: RenderResult | None) -> bool:
+    """Whether a render counts as one: ok, and visible when `blank_is_failure`."""
+    return rend is not None and rend.ok and not (self.config.blank_is_failure and rend.blank)
+
   def compose(self, ext: ExtractedCode | None, comp: CompileResult | None,
               rend: RenderResult | None, code_v: CodeVerdict | None,
-              vlm_v: VLMVerdict | None) -> ReactScore:
+              vlm_v: VLMVerdict | None, *, completion: str | None = None) -> ReactScore:
     """Combines one completion's measurements into its reward (no processes involved).
 
     Args:
@@ -255,9 +275,13 @@ class ReactReward:
       rend: its render result, or None when it was not rendered.
       code_v: the code judge's verdict, or None without a code judge.
       vlm_v: the screenshot judge's verdict, or None when it was not judged.
+      completion: the completion text; when given, `result.steps` holds its blank-line-separated
+        blocks scored w_ℓ · Σ p_ℓ (`penalties.step_spans_of`), for step-level recipes such as
+        PURE.
 
     Returns:
-      ReactScore whose `result` holds reward = Σ components and the per-line token spans.
+      ReactScore whose `result` holds reward = Σ components, the per-line token spans and (with
+      `completion`) the steps.
     """
     c = self.config
     parts = dict.fromkeys(COMPONENTS, 0.0)
@@ -269,7 +293,9 @@ class ReactReward:
       if self.vlm_judge is not None:
         parts["vlm"] = c.vlm_weight * c.vlm_failure_score
       result = RewardResult(reward=float(sum(parts.values())), components=parts,
-                            error="no React component found in the completion")
+                            error="no React component found in the completion",
+                            steps=None if completion is None else P.step_spans_of(
+                                {}, completion, None, weight=c.line_weight))
       return ReactScore(result, None, None, None, None, None, {})
     last = max(ext.num_lines - 1, 0)
     clamp = lambda line: min(line, last)  # noqa: E731 - an EOF diagnostic points past the end
@@ -278,9 +304,10 @@ class ReactReward:
       errors.append(comp.error)
     if not comp.ok:
       parts["compile"] = c.failure_penalty
-    elif c.render and (rend is None or not rend.ok):
+    elif c.render and not self._renders(rend):
       parts["render"] = c.failure_penalty
-      errors.append(f"render: {rend.error if rend else 'not rendered'}")
+      why = "not rendered" if rend is None else rend.error or "blank page: nothing visible rendered"
+      errors.append(f"render: {why}")
     compile_lines = P.compile_line_penalties(
         [clamp(d.line) for d in comp.diagnostics if d.line >= 0 and d.source != "toolchain"],
         per_line=c.compile_line_penalty, renormalise=c.renormalise_compile)
@@ -296,8 +323,10 @@ class ReactReward:
         errors.append(f"judge: {code_v.error}")
     vlm_lines: dict[int, float] = {}
     if self.vlm_judge is not None:
-      if vlm_v is None:
+      if not comp.ok:        # transpilation failed: the paper's −0.3
         parts["vlm"] = c.vlm_weight * c.vlm_failure_score
+      elif vlm_v is None:    # compiled but no screenshot to judge: 0 (App. D)
+        parts["vlm"] = 0.0
       else:
         parts["vlm"] = c.vlm_weight * vlm_v.score
         vlm_lines = {line: c.vlm_line_weight * impact for line, impact in vlm_v.lines}
@@ -305,8 +334,11 @@ class ReactReward:
                                              vlm_lines).items() if p != 0.0}
     values = P.spread(lines, ext.num_lines, window=c.window)
     spans = P.line_spans_of(values, ext, weight=c.line_weight)
+    steps = None if completion is None else P.step_spans_of(lines, completion, ext,
+                                                             weight=c.line_weight)
     result = RewardResult(reward=float(sum(parts.values())), components=parts, token_spans=spans,
-                          failed=failed, error="; ".join(e for e in errors if e) or None)
+                          steps=steps, failed=failed,
+                          error="; ".join(e for e in errors if e) or None)
     return ReactScore(result, ext, comp, rend, code_v, vlm_v, lines)
 
   # ---------------------------------------------------------------- RewardFn

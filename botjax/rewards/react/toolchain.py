@@ -28,10 +28,28 @@ from typing import Any
 
 NODE_DIR = pathlib.Path(__file__).resolve().parent / "node"
 WORKER_SCRIPT = NODE_DIR / "worker.mjs"
+# A directory to use instead of NODE_DIR: a copy of it where `npm ci` was run (e.g. when the
+# package directory is read-only).
+TOOLCHAIN_ENV = "BOTJAX_REACT_TOOLCHAIN"
 # Modules a component may import; each is served from a vendor bundle built once per worker.
 ALLOWED_MODULES = ("react", "react-dom", "react-dom/client", "react/jsx-runtime", "lucide-react")
 INSTALL_HINT = (f"install the pinned toolchain with `cd {NODE_DIR} && npm ci --no-audit --no-fund` "
                 "(or `bash scripts/setup.sh test` from the repository root)")
+
+
+def toolchain_dir() -> pathlib.Path:
+  """The toolchain directory (worker.mjs, package.json, node_modules/): $BOTJAX_REACT_TOOLCHAIN
+  when set, else `NODE_DIR`."""
+  env = os.environ.get(TOOLCHAIN_ENV)
+  return pathlib.Path(env).resolve() if env else NODE_DIR
+
+
+def _install_hint(directory: pathlib.Path) -> str:
+  if directory == NODE_DIR:
+    return INSTALL_HINT
+  return (f"{TOOLCHAIN_ENV}={directory} must hold a copy of {NODE_DIR} with its packages installed "
+          f"(`cp -r {NODE_DIR}/. {directory} && cd {directory} && npm ci --no-audit --no-fund`), "
+          f"or unset {TOOLCHAIN_ENV} and {INSTALL_HINT}")
 
 
 class ToolchainError(RuntimeError):
@@ -41,17 +59,25 @@ class ToolchainError(RuntimeError):
 def find_node(node: str | None = None) -> str:
   """Path of the `node` binary: `node`, else $BOTJAX_NODE, else `node` on PATH.
 
+  Also checks, without starting Node, that the toolchain directory (`toolchain_dir()`) holds the
+  worker script and the pinned npm packages.
+
   Raises:
     ToolchainError: when none is found or the toolchain's node_modules are not installed.
   """
+  directory = toolchain_dir()
   path = node or os.environ.get("BOTJAX_NODE") or shutil.which("node")
   if not path or not os.path.exists(path):
     raise ToolchainError(f"Node.js (>= 18) was not found (looked at {node or 'BOTJAX_NODE'} and "
-                         f"PATH): install it, e.g. `apt-get install nodejs npm`, then {INSTALL_HINT}")
+                         f"PATH): install it, e.g. `apt-get install nodejs npm`, then "
+                         f"{_install_hint(directory)}")
+  if not (directory / "worker.mjs").exists():
+    raise ToolchainError(f"the React toolchain's worker script {directory / 'worker.mjs'} is "
+                         f"missing: {_install_hint(directory)}")
   for pkg in ("esbuild", "eslint", "typescript", "tailwindcss", "react", "lucide-react"):
-    if not (NODE_DIR / "node_modules" / pkg / "package.json").exists():
-      raise ToolchainError(f"the npm package {pkg!r} of the React toolchain is missing: "
-                           f"{INSTALL_HINT}")
+    if not (directory / "node_modules" / pkg / "package.json").exists():
+      raise ToolchainError(f"the npm package {pkg!r} of the React toolchain is missing from "
+                           f"{directory / 'node_modules'}: {_install_hint(directory)}")
   return path
 
 
@@ -124,6 +150,7 @@ class NodeWorker:
 
   def __init__(self, node: str, *, memory_mb: int = 768, startup_timeout_s: float = 60.0):
     self.node = node
+    self.script = toolchain_dir() / "worker.mjs"
     self.memory_mb = int(memory_mb)
     self.startup_timeout_s = float(startup_timeout_s)
     self.proc: subprocess.Popen | None = None
@@ -139,7 +166,7 @@ class NodeWorker:
            "TMPDIR": self.tmpdir, "NODE_ENV": "production"}
     with open(os.path.join(self.tmpdir, "stderr.log"), "wb") as stderr:
       self.proc = subprocess.Popen(
-          [self.node, f"--max-old-space-size={self.memory_mb}", str(WORKER_SCRIPT)],
+          [self.node, f"--max-old-space-size={self.memory_mb}", str(self.script)],
           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
           cwd=self.tmpdir, env=env, start_new_session=True)
     self._lines = queue.Queue()

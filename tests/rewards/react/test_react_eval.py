@@ -75,18 +75,24 @@ def test_hf_loader_reads_a_local_dataset(tmp_path):
     pr.load_hf_prompts(str(tmp_path))
 
 
-def _score(compiled_ok, rendered_ok):
+def _score(compiled_ok, rendered_ok, blank=False):
   comp = CompileResult(ok=compiled_ok)
-  rend = RenderResult(ok=rendered_ok) if compiled_ok else None
+  rend = RenderResult(ok=rendered_ok, blank=blank) if compiled_ok else None
   return ReactScore(RewardResult(reward=0.0), None, comp, rend, None, None, {})
 
 
-def test_compile_rate():
-  items = [_score(True, True), _score(True, False), _score(False, False), _score(True, True)]
-  assert ev.compile_rate(items) == 0.5
+def test_compile_rate_counts_blank_pages_and_visible_rate_does_not():
+  items = [_score(True, True), _score(True, True, blank=True), _score(True, False),
+           _score(False, False), _score(True, True)]
+  # the paper's compile rate (App. C): transpiles and renders, a blank page included
+  assert ev.compile_rate(items) == 3 / 5
+  assert ev.visible_rate(items) == 2 / 5
+  assert [it.compiles_and_renders for it in items] == [True, True, False, False, True]
+  assert [it.renders_visible for it in items] == [True, False, False, False, True]
   assert ev.compile_rate([True, False, False, False]) == 0.25
-  with pytest.raises(ValueError, match="at least one"):
-    ev.compile_rate([])
+  for fn in (ev.compile_rate, ev.visible_rate):
+    with pytest.raises(ValueError, match="at least one"):
+      fn([])
 
 
 def test_json_and_plots(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from botjax.rewards.base import spans_to_token_values
+from botjax.rewards.base import spans_to_token_values, steps_to_arrays
 from botjax.rewards.react import extract as E
 from botjax.rewards.react import penalties as P
 
@@ -142,3 +142,72 @@ def test_fenced_extraction_property(before, code_lines, after):
   for i, line in enumerate(code.split("\n")):
     a, b = ext.code_line_span(i)
     assert text[a:b].rstrip("\n") == line
+
+
+# ------------------------------------------------------------------ steps (PURE on React)
+BLOCKS = """import { useState } from 'react';
+
+export default function App() {
+  const [n, setN] = useState(0);
+  \t
+  return <button onClick={() => setN(n + 1)}>{n}</button>;
+}"""
+
+
+def _block_oracle(text, ext, penalties, weight):
+  """Plain loop: a step starts at every non-blank line that follows a blank line (or the text's
+  start); penalties of code line l go to the step holding completion line first_line + l."""
+  lines = text.split("\n")
+  step_of_line, step, prev_blank = [], -1, True
+  for line in lines:
+    blank = not line.strip()
+    if not blank and prev_blank:
+      step += 1
+    step_of_line.append(max(step, 0))
+    prev_blank = blank
+  scores = [0.0] * (step + 1 if step >= 0 else 1)
+  for l, p in penalties.items():
+    scores[step_of_line[ext.first_line + l]] += weight * p
+  return step_of_line, scores
+
+
+def test_steps_are_blank_line_separated_blocks_scored_by_their_line_penalties():
+  text = f"Sure! Here it is.\n\n```tsx\n{BLOCKS}\n```\n\nIt counts clicks."
+  ext = E.extract_component(text)
+  # code lines: 0 import, 1 blank, 2 export, 3 const, 4 whitespace only, 5 return, 6 }
+  penalties = {0: -1.0, 3: -0.1, 4: -0.02, 5: -0.5, 6: -0.3}
+  steps = P.step_spans_of(penalties, text, ext, weight=0.5)
+  # prose | fence + import | export + const (+ the whitespace line) | return, }, fence | outro
+  assert [text[a:b] for a, b, _ in steps] == [
+      "Sure! Here it is.\n\n", "```tsx\nimport { useState } from 'react';\n\n",
+      "export default function App() {\n  const [n, setN] = useState(0);\n  \t\n",
+      "  return <button onClick={() => setN(n + 1)}>{n}</button>;\n}\n```\n\n",
+      "It counts clicks."]
+  assert [v for _, _, v in steps] == pytest.approx([0.0, -0.5, -0.06, -0.4, 0.0])
+  step_of_line, want = _block_oracle(text, ext, penalties, 0.5)
+  assert [v for _, _, v in steps] == pytest.approx(want)
+  # the steps tile the completion: every character lies in exactly one step
+  assert steps[0][0] == 0 and steps[-1][1] == len(text)
+  assert all(b == a2 for (_, b, _), (a2, _, _) in zip(steps, steps[1:]))
+  # token -> step through the trainer's packing, with a real tokenizer's offsets
+  enc = _bpe_tokenizer().encode(text)
+  rewards, mask, token_step = steps_to_arrays([steps], [enc.offsets], len(enc.ids) + 3, 8)
+  assert mask[0].tolist() == [True] * 5 + [False] * 3
+  assert rewards[0, :5] == pytest.approx([v for _, _, v in steps])
+  starts = np.cumsum([0] + [len(line) + 1 for line in text.split("\n")])
+  for t, (start, _) in enumerate(enc.offsets):
+    line = int(np.searchsorted(starts, start, side="right")) - 1
+    assert token_step[0, t] == step_of_line[line], (t, text[start:start + 10])
+  assert np.all(token_step[0, len(enc.ids):] == -1)
+
+
+def test_steps_without_a_component_or_text():
+  prose = "\n\nI cannot write code.\n\nSorry."
+  steps = P.step_spans_of({3: -1.0}, prose, None)
+  assert steps == [(0, prose.index("Sorry"), 0.0), (prose.index("Sorry"), len(prose), 0.0)]
+  assert P.step_spans_of({}, "", None) == [(0, 0, 0.0)]
+  assert P.step_spans_of({}, "\n \n", None) == [(0, 3, 0.0)]
+  assert P.text_blocks("a\nb\n\n  \nc") == [(0, 2), (4, 5)]
+  ext = E.extract_component(f"```tsx\n{BLOCKS}\n```")
+  with pytest.raises(ValueError, match="not cut from this completion"):
+    P.step_spans_of({}, "other text", ext)

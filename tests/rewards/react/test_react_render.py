@@ -99,14 +99,16 @@ def _render(pool, renderer, sources):
 
 def test_render_working_blank_and_throwing(pool, renderer):
   good, blank, throws = _render(pool, renderer, [GOOD, BLANK, THROWS])
-  assert good.ok and not good.blank and good.error is None
+  assert good.ok and not good.blank and good.visible and good.error is None
   assert "Hello botjax" in good.text
   img = Image.open(io.BytesIO(good.screenshot)).convert("RGB")
   assert img.size == (1280, 800)
   r, g, b = img.getpixel((640, 700))  # Tailwind's bg-blue-500 fills the page
   assert b > 200 and r < 120, (r, g, b)
-  assert not blank.ok and blank.blank and "blank" in blank.error
-  assert not throws.ok and "boom in render" in throws.error
+  # a blank page renders (the paper's compile-rate event, App. C); it is just not visible
+  assert blank.ok and blank.blank and not blank.visible and blank.error is None
+  assert blank.screenshot is not None and R.is_blank(blank.screenshot)
+  assert not throws.ok and not throws.visible and "boom in render" in throws.error
 
 
 def test_hostile_components_are_contained(pool, renderer):
@@ -150,16 +152,23 @@ def test_react_reward_end_to_end_with_judges(pool, renderer):
   cfg = J.JudgeConfig(model="judge", base_url=server.url, api_key="k", max_retries=0)
   broken = "export default function App() {\n  return <div>\n}"
   completions = [f"Here it is.\n```tsx\n{GOOD}\n```\nEnjoy!", f"```tsx\n{broken}\n```",
-                 "Sorry, I can only describe it in words.", f"```tsx\n{BLANK}\n```"]
+                 "Sorry, I can only describe it in words.", f"```tsx\n{BLANK}\n```",
+                 f"```tsx\n{THROWS}\n```"]
   fn = ReactReward(ReactRewardConfig(), code_judge=J.CodeJudge(cfg), vlm_judge=J.VLMJudge(cfg),
                    pool=pool, renderer=renderer)
+  strict = ReactReward(ReactRewardConfig(blank_is_failure=True), code_judge=J.CodeJudge(cfg),
+                       vlm_judge=J.VLMJudge(cfg), pool=pool, renderer=renderer)
   try:
-    scores = fn.score(["a blue hello page"] * 4, completions)
-    results = fn(["a blue hello page"] * 4, completions, [{}] * 4)
+    scores = fn.score(["a blue hello page"] * 5, completions)
+    results = fn(["a blue hello page"] * 5, completions, [{}] * 5)
+    vlm_calls = sum(1 for q in server.requests if images(q["body"]))
+    [strict_blank] = strict.score(["a blue hello page"], [completions[3]])
+    strict_vlm_calls = sum(1 for q in server.requests if images(q["body"])) - vlm_calls
   finally:
     fn.close()
+    strict.close()
     server.close()
-  good, bad, prose, blank = scores
+  good, bad, prose, blank, throws = scores
   assert good.compiles_and_renders and good.screenshot is not None
   assert good.result.components == pytest.approx(
       {"compile": 0.0, "render": 0.0, "lint": 0.0, "judge": 0.6, "vlm": 0.9})
@@ -177,7 +186,17 @@ def test_react_reward_end_to_end_with_judges(pool, renderer):
   assert bad.result.components["lint"] == -0.5 and bad.line_penalties[2] == pytest.approx(-1.5)
   assert bad.result.reward == pytest.approx(-1.0 - 0.5 + 0.6 - 0.3)
   assert prose.result.reward == pytest.approx(-1.0 - 0.3 - 0.3) and prose.result.token_spans == []
-  assert blank.result.components["render"] == -1.0 and not blank.compiles_and_renders
+  # by default a blank page renders: no render penalty, the VLM judges its screenshot
+  assert blank.compiles_and_renders and not blank.renders_visible
+  assert blank.result.components["render"] == 0.0 and blank.result.components["vlm"] == 0.9
+  # a component that throws fails to render: the render penalty and a VLM term of 0 (App. D)
+  assert throws.result.components["render"] == -1.0 and throws.result.components["vlm"] == 0.0
+  assert not throws.compiles_and_renders and throws.screenshot is None
+  # good and blank went to the VLM (twice: score and __call__); the thrower never did
+  assert vlm_calls == 4
+  # blank_is_failure: the render penalty, no VLM call, VLM term 0
+  assert strict_blank.result.components["render"] == -1.0 and strict_vlm_calls == 0
+  assert strict_blank.result.components["vlm"] == 0.0 and strict_blank.compiles_and_renders
   assert [r.reward for r in results] == pytest.approx([s.result.reward for s in scores])
 
 
@@ -187,11 +206,13 @@ def test_compile_rate_on_held_out_rollouts(pool, renderer):
               "no code"]
   with ReactReward(ReactRewardConfig(lint=False), pool=pool, renderer=renderer) as fn:
     res = ev.evaluate_compile_rate(fn, ["p"] * 4, rollouts)
-  assert res["compile_rate"] == 0.25 and res["n"] == 4
+  # the paper's compile rate counts the blank page; the visible rate does not
+  assert res["compile_rate"] == 0.5 and res["visible_rate"] == 0.25 and res["n"] == 4
   reasons = [item["reason"] for item in res["items"]]
   assert reasons[0] is None and reasons[1].startswith("compile:")
-  assert reasons[2].startswith("render: blank") and reasons[3] == "no component"
-  assert [item["ok"] for item in res["items"]] == [True, False, False, False]
+  assert reasons[2] == "blank page" and reasons[3] == "no component"
+  assert [item["ok"] for item in res["items"]] == [True, False, True, False]
+  assert [item["visible"] for item in res["items"]] == [True, False, False, False]
 
 
 def test_browser_killed_between_batches_is_relaunched(pool, renderer):

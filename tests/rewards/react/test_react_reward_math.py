@@ -78,15 +78,51 @@ def test_weights_are_configurable():
   assert _line_value(v, 7) == 0.0  # window 1: lines 2 away get nothing
 
 
-def test_render_failure_vlm_lines_and_toolchain_failure():
+def test_render_failure_scores_vlm_zero_and_compile_failure_minus_point_three():
+  # BoT-GRPO App. D: the VLM term is -0.3 only when extraction or transpilation failed; a
+  # component that compiles but does not render has no screenshot and scores 0
   comp = CompileResult(ok=True)
-  failed_render = RenderResult(ok=False, error="blank page: nothing visible rendered")
-  s = _fn().compose(EXT, comp, failed_render, J.CodeVerdict(score=0.3), None)
-  assert s.result.components["render"] == -1.0 and s.result.components["vlm"] == -0.3
-  assert "blank" in s.result.error and not s.result.failed and not s.compiles_and_renders
+  threw = RenderResult(ok=False, error="uncaught error: boom")
+  s = _fn().compose(EXT, comp, threw, J.CodeVerdict(score=0.3), None)
+  assert s.result.components == pytest.approx(
+      {"compile": 0.0, "render": -1.0, "lint": 0.0, "judge": 0.3, "vlm": 0.0})
+  assert "boom" in s.result.error and not s.result.failed and not s.compiles_and_renders
+  not_compiled = _fn().compose(EXT, CompileResult(ok=False), None, J.CodeVerdict(score=0.3), None)
+  assert not_compiled.result.components["vlm"] == -0.3
+  assert not_compiled.result.components["compile"] == -1.0
+  no_code = _fn().compose(None, None, None, None, None)
+  assert no_code.result.components["vlm"] == -0.3
+  # the weight scales both cases, and 0 stays 0
+  cfg = ReactRewardConfig(vlm_weight=2.0)
+  assert _fn(cfg).compose(EXT, comp, threw, None, None).result.components["vlm"] == 0.0
+  assert _fn(cfg).compose(EXT, CompileResult(ok=False), None, None,
+                          None).result.components["vlm"] == -0.6
 
+
+def test_blank_page_renders_by_default_and_fails_with_blank_is_failure():
+  blank = RenderResult(ok=True, screenshot=b"white", blank=True)
+  comp = CompileResult(ok=True)
+  s = _fn().compose(EXT, comp, blank, J.CodeVerdict(score=0.3), J.VLMVerdict(score=0.1))
+  # the paper's rule: a blank page compiles and renders; only the judges can see it is empty
+  assert s.result.components == pytest.approx(
+      {"compile": 0.0, "render": 0.0, "lint": 0.0, "judge": 0.3, "vlm": 0.1})
+  assert s.compiles_and_renders and not s.renders_visible and s.screenshot == b"white"
+  assert s.result.error is None
+  strict = _fn(ReactRewardConfig(blank_is_failure=True)).compose(
+      EXT, comp, blank, J.CodeVerdict(score=0.3), None)
+  assert strict.result.components == pytest.approx(
+      {"compile": 0.0, "render": -1.0, "lint": 0.0, "judge": 0.3, "vlm": 0.0})
+  assert "blank page" in strict.result.error and not strict.result.failed
+  # the compile rate is the paper's event either way; the reward rule does not change it
+  assert strict.compiles_and_renders and not strict.renders_visible
+  visible = _fn(ReactRewardConfig(blank_is_failure=True)).compose(
+      EXT, comp, RENDERED, None, J.VLMVerdict(score=0.5))
+  assert visible.result.components["render"] == 0.0 and visible.renders_visible
+
+
+def test_vlm_lines_and_toolchain_failure():
   cfg = ReactRewardConfig(vlm_line_weight=0.2)
-  s = _fn(cfg).compose(EXT, comp, RENDERED, J.CodeVerdict(score=0.3),
+  s = _fn(cfg).compose(EXT, CompileResult(ok=True), RENDERED, J.CodeVerdict(score=0.3),
                        J.VLMVerdict(score=0.4, lines=((0, -0.3),)))
   assert s.line_penalties == pytest.approx({0: -0.06})
 
@@ -98,6 +134,24 @@ def test_render_failure_vlm_lines_and_toolchain_failure():
 
   none = _fn().compose(None, None, None, None, None)
   assert none.result.reward == pytest.approx(-1.6) and none.result.token_spans == []
+
+
+def test_steps_for_step_level_recipes():
+  comp = CompileResult(ok=True, lint=(LintMessage(2, 1, "error", "r", "m"),
+                                      LintMessage(9, 1, "warning", "r", "m")))
+  text = f"Intro.\n\n```tsx\n{CODE[:CODE.index('const line5')]}\n{CODE[CODE.index('const line5'):]}\n```"
+  ext = extract_component(text)
+  cfg = ReactRewardConfig(line_weight=0.5)
+  s = _fn(cfg).compose(ext, comp, RENDERED, J.CodeVerdict(score=0.5, lines=((4, -0.2),)), None,
+                       completion=text)
+  # blocks: the intro, code lines 0-4 (after the fence), code lines 5-11; p summed per block
+  assert [text[a:b].split("\n")[0] for a, b, _ in s.result.steps] == [
+      "Intro.", "```tsx", "const line5 = 5;"]
+  assert [v for _, _, v in s.result.steps] == pytest.approx([0.0, 0.5 * (-0.1 - 0.2),
+                                                              0.5 * -0.02])
+  assert _fn().compose(ext, comp, RENDERED, None, None).result.steps is None
+  none = _fn().compose(None, None, None, None, None, completion="Sorry, no.")
+  assert none.result.steps == [(0, 10, 0.0)] and none.result.reward == pytest.approx(-1.6)
 
 
 def test_config_validation():
