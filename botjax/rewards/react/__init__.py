@@ -11,7 +11,6 @@ Model-written code never runs in the calling process: Node workers only parse an
 Chromium renders it with the network blocked and time and memory limits.
 """
 from botjax.rewards.react.evaluate import (
-    abba_outcome,
     compile_rate,
     evaluate_compile_rate,
     pairwise_win_rate,
@@ -71,7 +70,7 @@ from botjax.rewards.react.toolchain import (
 )
 
 __all__ = [
-    "SYSTEM_PROMPT", "ReactPrompt", "abba_outcome", "check_toolchain", "builtin_prompts", "chat_messages",
+    "SYSTEM_PROMPT", "ReactPrompt", "check_toolchain", "builtin_prompts", "chat_messages",
     "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
     "load_prompts_jsonl", "pairwise_win_rate", "plot_compile_rate", "plot_win_rates", "save_json",
     "split_prompts", "validate_prompts", "visible_rate", "win_rate",

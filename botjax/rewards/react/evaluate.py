@@ -6,8 +6,9 @@ visible rate = (1/N) Σ_i 1[rollout i transpiles and renders something visible] 
 ABBA outcome of a prompt: four verdicts in the orders AB, BA, BA, AB; a 3–1 or 4–0 majority gives
 1 to the winner and 0 to the loser, a 2–2 split gives 0.5 to each (unanswered rounds vote for
 nobody, and the side with more votes wins); win rate = mean outcome over prompts, tie rate =
-fraction of prompts at 0.5. Results are plain dicts (JSON-ready); the plots follow the paper's
-Figure 1 (compile rate against step, one line per run) and Figure 2 (win-rate bars with ties).
+fraction of prompts at 0.5 (`botjax.metrics.abba_outcomes`). Results are plain dicts
+(JSON-ready); `plot_compile_rate` (Figure 1) and `plot_win_rates` (Figure 2) are those of
+`botjax.plotting`, re-exported here.
 
 References:
   BoT-GRPO (Yang et al.), §4.1, Figures 1–2 (no arXiv id found).
@@ -16,25 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from botjax import metrics
+from botjax.plotting import plot_compile_rate, plot_win_rates  # noqa: F401  (re-exported)
 from botjax.rewards.react.judges import PairwiseJudge
 from botjax.rewards.react.reward import ReactReward, ReactScore
-
-
-def abba_outcome(verdicts: Sequence[float | None]) -> float:
-  """Outcome for side A of one prompt's rounds: 1.0 (majority for A), 0.0 (for B), 0.5 (tie).
-
-  Args:
-    verdicts: per round 1.0 (A won), 0.0 (B won) or None (no answer); usually four (ABBA).
-  """
-  a = sum(1 for v in verdicts if v is not None and v >= 0.5)
-  b = sum(1 for v in verdicts if v is not None and v < 0.5)
-  if a == b:
-    return 0.5
-  return 1.0 if a > b else 0.0
 
 
 def win_rate(outcomes: Sequence[float]) -> dict[str, float]:
@@ -122,13 +111,10 @@ def pairwise_win_rate(judge: PairwiseJudge, prompts: Sequence[str],
     raise ValueError(f"need one screenshot per prompt and checkpoint, got {len(prompts)} prompts, "
                      f"{len(shots_a)} and {len(shots_b)} screenshots")
   verdicts = judge.client.map(lambda x: judge.compare(*x), list(zip(prompts, shots_a, shots_b)))
-  outcomes = [abba_outcome(v) for v in verdicts]
-  out = {**win_rate(outcomes), "verdicts": verdicts, "outcomes": outcomes}
-  if verdicts and all(v is not None for rounds in verdicts for v in rounds):
-    # Every round answered: the shared metric gives the rates (the local rule agrees with it).
-    letters = [["A" if v >= 0.5 else "B" for v in rounds] for rounds in verdicts]
-    out["win_rate"], out["tie_rate"] = metrics.abba_win_rate(letters, labels="model")
-  return out
+  letters = [[None if v is None else "A" if v >= 0.5 else "B" for v in rounds]
+             for rounds in verdicts]
+  outcomes = metrics.abba_outcomes(letters, labels="model").tolist()
+  return {**win_rate(outcomes), "verdicts": verdicts, "outcomes": outcomes}
 
 
 def save_json(obj: Any, path: str | os.PathLike) -> None:
@@ -136,64 +122,3 @@ def save_json(obj: Any, path: str | os.PathLike) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w", encoding="utf-8") as f:
     json.dump(obj, f, indent=2, sort_keys=True)
-
-
-def plot_compile_rate(runs: Mapping[str, Sequence[tuple[int, float]]], path: str | os.PathLike, *,
-                      threshold: float | None = 0.8, title: str = "Compile rate") -> None:
-  """Figure 1 style: compile rate against training step, one line per run.
-
-  Args:
-    runs: run name -> (step, compile rate) points.
-    path: output image (.png, .pdf, .svg).
-    threshold: a dashed horizontal reference line (the paper's 80%), or None.
-  """
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, ax = plt.subplots(figsize=(6.4, 4.0))
-  for name, points in runs.items():
-    points = sorted(points)
-    ax.plot([s for s, _ in points], [100 * r for _, r in points], marker="o", ms=3, label=name)
-  if threshold is not None:
-    ax.axhline(100 * threshold, ls="--", c="gray", lw=1)
-  ax.set_xlabel("training step")
-  ax.set_ylabel("compile rate (%)")
-  ax.set_ylim(0, 100)
-  ax.set_title(title)
-  ax.grid(alpha=0.3)
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-
-
-def plot_win_rates(results: Mapping[str, Mapping[str, float]], path: str | os.PathLike, *,
-                   title: str = "Pairwise win rate") -> None:
-  """Figure 2 style: one bar per comparison, its win rate split into outright wins and ties.
-
-  Args:
-    results: comparison label (e.g. "vs GRPO") -> a `pairwise_win_rate`/`win_rate` dict.
-    path: output image.
-  """
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  labels = list(results)
-  wins = [100 * r["wins"] / max(r["n"], 1) for r in results.values()]
-  ties = [100 * 0.5 * r["tie_rate"] for r in results.values()]
-  fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(labels), 4.0))
-  x = range(len(labels))
-  ax.bar(x, wins, color="tab:blue", label="wins")
-  ax.bar(x, ties, bottom=wins, color="tab:blue", alpha=0.35, hatch="//", label="ties (0.5 each)")
-  for i, r in enumerate(results.values()):
-    ax.text(i, 100 * r["win_rate"] + 1.5, f"{100 * r['win_rate']:.0f}%\n(ties {100 * r['tie_rate']:.0f}%)",
-            ha="center", va="bottom", fontsize=8)
-  ax.axhline(50, ls="--", c="gray", lw=1)
-  ax.set_xticks(list(x), labels)
-  ax.set_ylim(0, 115)
-  ax.set_ylabel("win rate (%)")
-  ax.set_title(title)
-  ax.legend(loc="upper right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
