@@ -1,4 +1,4 @@
-"""Held-out evaluation: sample n completions per problem, score them, report accuracy and pass@k."""
+"""Held-out evaluation: sample n completions per problem; report avg@n, pass@k and maj@k."""
 
 from __future__ import annotations
 
@@ -26,14 +26,15 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
     params: model parameters (default: the sampler's).
     n: samples per problem.
     key: PRNG key (default PRNGKey(0)): the same key gives the same evaluation.
-    ks: the k of pass@k (k <= n).
+    ks: the k of pass@k and, with `answer_fn`, of maj@k (k <= n; maj@n is always reported).
     prompt_fn: record -> chat messages or string.
     batch_prompts: prompts per sampler call.
-    answer_fn: extracts an answer for maj@n (None: no maj@n).
-    answer_equal: compares an extracted answer with the reference for maj@n (default ==).
+    answer_fn: extracts an answer from a completion for maj@k (None: no maj@k).
+    answer_equal: `(extracted answer, reference str) -> bool` for maj@k (default ==).
 
   Returns:
-    {"accuracy": avg@n, "pass@k": ..., "maj@n" (with answer_fn), "length": mean completion
+    {"accuracy": avg@n, "pass@k": ..., "maj@k" for k in ks and n (with answer_fn; majority
+     vote over the first k samples, `botjax.metrics.maj_at_k`), "length": mean completion
      tokens, "num_problems": P}
   """
   if not records:
@@ -41,7 +42,7 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
   key = jax.random.PRNGKey(0) if key is None else key
   prompt_fn = prompt_fn or (lambda r: [{"role": "user", "content": str(r["problem"])}])
   correct = np.zeros((len(records), n), bool)
-  answers: list[list[Any]] = []
+  answers: list[list[Any]] = [[] for _ in records]
   lengths = []
   for start in range(0, len(records), batch_prompts):
     chunk = records[start:start + batch_prompts]
@@ -53,9 +54,7 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
       i = start + b // n
       correct[i, b % n] = bool(correct_fn(text, records[i]))
       if answer_fn is not None:
-        if b % n == 0:
-          answers.append([])
-        answers[-1].append(answer_fn(text))
+        answers[i].append(answer_fn(text))
   c = correct.sum(axis=1)
   out = {"accuracy": float(correct.mean()), "num_problems": len(records),
          "length": float(np.mean(lengths))}
@@ -64,5 +63,6 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
       out[f"pass@{k}"] = float(np.mean([metrics_lib.pass_at_k(n, int(ci), k) for ci in c]))
   if answer_fn is not None:
     golds = [str(r["answer"]) for r in records]
-    out[f"maj@{n}"] = metrics_lib.maj_at_k(answers, golds, n, equal=answer_equal)
+    for k in sorted({*(k for k in ks if k <= n), n}):
+      out[f"maj@{k}"] = metrics_lib.maj_at_k(answers, golds, k, equal=answer_equal)
   return out

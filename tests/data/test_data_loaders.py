@@ -285,7 +285,8 @@ def test_missing_datasets_package_says_what_to_install():
           "except ImportError as e:\n  print(e)\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env=dict(os.environ, HF_HUB_OFFLINE="1"))
-  assert "'di-zhang-fdu/AIME_1983_2024' needs the datasets package: pip install datasets" in out.stdout
+  assert ("'di-zhang-fdu/AIME_1983_2024' needs the datasets package: pip install datasets"
+          in out.stdout)
 
 
 def test_random_80_20_split_is_seeded_disjoint_complete_and_stable(tmp_path):
