@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from botjax.data import loaders as L
+from _aime_data import aime_rows, fill_hf_datasets_cache, write_aime_csv
 
 GOOD = [
     {"id": "a-1", "year": 1990, "problem": "Find 2 + 2.", "answer": "4"},
@@ -208,49 +209,6 @@ def test_load_source_specs(tmp_path):
 
 # -- The AIME 1983–2024 set, in its real column layout ----------------------------------------
 
-AIME_HEADER = ["ID", "Year", "Problem Number", "Question", "Answer", "Part"]
-
-
-def _aime_rows(n):
-  """n rows in the layout of AIME_Dataset_1983_2024.csv (Part empty before 2000, as there)."""
-  rows = []
-  for i in range(n):
-    year, number = 1983 + i // 15, 1 + i % 15
-    part = "" if year < 2000 else ("I" if i % 2 else "II")
-    rid = f"{year}-{number}" if not part else f"{year}-{part}-{number}"
-    rows.append([rid, year, number, f"Problem {i}: find ${i}^2$, given \"x\", y.", i * i % 1000,
-                 part])
-  return rows
-
-
-def _write_aime_csv(path, rows):
-  import csv
-  with open(path, "w", newline="", encoding="utf-8") as f:
-    writer = csv.writer(f)
-    writer.writerow(AIME_HEADER)
-    writer.writerows(rows)
-  return path
-
-
-def _fill_hf_cache(cache_dir, csv_path, repo=L.AIME_1983_2024):
-  """Writes what `datasets.load_dataset(repo)` leaves in its cache for a one-CSV Hub dataset:
-  <namespace>___<name>/default/0.0.0/<commit>/{dataset_info.json, <name>-train.arrow}, built
-  from `csv_path` by datasets' own CSV builder."""
-  import glob
-  import shutil
-  from datasets.packaged_modules.csv.csv import Csv
-  namespace, name = repo.split("/")
-  name = name.lower()   # datasets' snake_case of "AIME_1983_2024"
-  commit = "0" * 40
-  build = os.path.join(str(cache_dir), "_build")
-  Csv(cache_dir=build, dataset_name=name, data_files={"train": str(csv_path)},
-      config_name="default", hash=commit).download_and_prepare()
-  [built] = glob.glob(os.path.join(build, name, "*", "0.0.0", commit))
-  shutil.copytree(built, os.path.join(str(cache_dir), f"{namespace}___{name}", "default", "0.0.0",
-                                      commit))
-  shutil.rmtree(build)
-
-
 needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
                                     reason="datasets not installed (pip install datasets)")
 
@@ -258,13 +216,13 @@ needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None
 @needs_datasets
 def test_aime_1983_2024_loads_offline_from_the_hf_cache(tmp_path, monkeypatch):
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # never the network; read the cache only
-  rows = _aime_rows(40)
-  csv_path = _write_aime_csv(tmp_path / "AIME_Dataset_1983_2024.csv", rows)
+  rows = aime_rows(40)
+  csv_path = write_aime_csv(tmp_path / "AIME_Dataset_1983_2024.csv", rows)
   cache = tmp_path / "datasets-cache"
   with pytest.raises(RuntimeError, match=r"'di-zhang-fdu/AIME_1983_2024'.*Offline mode is on.*"
                      + str(cache)):
     L.load_source(L.AIME_1983_2024_SOURCE, cache_dir=str(cache))
-  _fill_hf_cache(cache, csv_path)
+  fill_hf_datasets_cache(cache, csv_path)
   records = L.load_source(L.AIME_1983_2024_SOURCE, cache_dir=str(cache))
   assert len(records) == 40
   for record, (rid, year, number, question, answer, part) in zip(records, rows):
@@ -290,7 +248,7 @@ def test_missing_datasets_package_says_what_to_install():
 
 
 def test_random_80_20_split_is_seeded_disjoint_complete_and_stable(tmp_path):
-  records = L.load_records(_write_aime_csv(tmp_path / "a.csv", _aime_rows(93)),
+  records = L.load_records(write_aime_csv(tmp_path / "a.csv", aime_rows(93)),
                            field_map=L.AIME_1983_2024_FIELDS)
   train, evals = L.split_random(records, 0.2, seed=0)
   ids = [r["id"] for r in records]
