@@ -2,7 +2,7 @@
 
 A `Recipe` is a frozen, hashable dataclass, so it can be a static argument of `jax.jit`:
 
-  recipe = get_recipe("bot_grpo")                        # or get_recipe("dapo", eps_high=0.3)
+  recipe = get_recipe("bot_grpo", max_new_tokens=1024)   # or get_recipe("dapo", eps_high=0.3)
   recipe = recipe_for_reward(recipe, reward_fn.spec)      # config time: checks, no double weights
   out = compute_advantages(recipe, rewards=r, mask=m, group_ids=g, num_groups=P,
                            local_rewards=s)              # Advantages(advantages, loss_mask, seq_weights)
@@ -11,15 +11,18 @@ A `Recipe` is a frozen, hashable dataclass, so it can be a static argument of `j
   num, den = losses.aggregate(per_token, out.loss_mask, mode=recipe.agg_mode,
                               norm=recipe.agg_norm)      # sum over micro-batches, then divide
 
-Every default in `RECIPES` is the paper's (or the reference code's) and cites its source;
-choices the sources leave open are marked [INFERRED] (see ALGORITHMS.md).
+`compute_advantages` dispatches on `Recipe.advantage` through `ADVANTAGE_FNS` (one function per
+`AdvantageKind`), `policy_loss` on `Recipe.surrogate`. Every default in `RECIPES` is the paper's
+(or the reference code's) and cites its source; choices the sources leave open are marked
+[INFERRED].
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import NamedTuple
+import warnings
+from typing import Callable, NamedTuple
 
 import chex
 import jax
@@ -270,11 +273,9 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     # DeepSeekMath (arXiv 2402.03300) §4.1–4.2: group z-score, clip 0.2, seq-mean-token-mean
     # (eq. 3), in-loss k3 KL with β = 0.04. The std is Bessel-corrected (ddof = 1), TRL's, verl's
-    # and tunix's choice; the paper says "std".
+    # and tunix's choice (the paper says "std"); PAPER_PROTOCOL selects the BoT-GRPO paper's
+    # population std.
     "grpo": Recipe(name="grpo"),
-    # GRPO as the BoT-GRPO paper (arXiv 2610.09804) writes it: eq. 1's population std
-    # (ddof = 0), so that BoT-GRPO with w_s = 0 is exactly this recipe.
-    "grpo_paper": Recipe(name="grpo_paper", grpo_ddof=0),
     # Dr. GRPO (arXiv 2503.20783, understand-r1-zero code): no std, Σ_t ℓ / L_norm averaged over
     # rows, β = 0. L_norm = generate_max_length of the authors' script (3000); `for_budget`
     # (or get_recipe(..., max_new_tokens=N)) sets it to the run's budget.
@@ -330,12 +331,19 @@ RECIPES: dict[str, Recipe] = {
     # DeepSeekMath §4.1.3 process supervision: normalise step rewards, then suffix-sum.
     "process_grpo": Recipe(name="process_grpo", granularity=Granularity.STEP,
                            advantage="process_grpo"),
-    # Control for BoT-GRPO's aggregation: the same information (outcome and step verdicts)
-    # pooled into one sequence reward R + w_s·(mean step reward) (e.g. 3·correct + format +
-    # 0.5·mean verdict with MathReward), then GRPO with eq. 1's population std.
+    # A control for BoT-GRPO's aggregation: the same information (outcome and step verdicts)
+    # pooled into one sequence reward R + w_local·(mean step reward), e.g. 3·correct + format +
+    # 0.5·(mean verdict) with MathReward, then GRPO.
     "grpo_stepmean": Recipe(name="grpo_stepmean", granularity=Granularity.STEP,
-                            advantage="grpo_stepmean", grpo_ddof=0),
+                            advantage="grpo_stepmean"),
 }
+
+# Recipe overrides of the BoT-GRPO paper's experiments (arXiv 2610.09804): eq. 1's population
+# std (ddof = 0) in every group z-score, GRPO's and the baselines' on its common backbone, so
+# that BoT-GRPO with w_s = 0 is exactly GRPO. The recipes' own default is Bessel's std (ddof =
+# 1), TRL's, verl's and tunix's choice.
+#   get_recipe("grpo", **dict(PAPER_PROTOCOL))
+PAPER_PROTOCOL: tuple[tuple[str, object], ...] = (("grpo_ddof", 0),)
 
 
 def get_recipe(name: str, *, max_new_tokens: int | None = None, **overrides) -> Recipe:
@@ -471,8 +479,125 @@ class Advantages(NamedTuple):
 def _require(recipe: Recipe, **inputs) -> None:
   missing = [k for k, v in inputs.items() if v is None]
   if missing:
-    raise ValueError(f"recipe {recipe.name!r} (advantage {recipe.advantage!r}, surrogate "
-                     f"{recipe.surrogate!r}) needs {', '.join(missing)}, got None")
+    raise ValueError(f"recipe {recipe.name!r} (advantage {recipe.advantage.value!r}, surrogate "
+                     f"{recipe.surrogate.value!r}) needs {', '.join(missing)}, got None")
+
+
+class Batch(NamedTuple):
+  """The inputs of one `compute_advantages` call, as the advantage functions read them.
+
+  Attributes:
+    rewards: [B] float32 sequence rewards as given.
+    shaped: [B] float32 `rewards` plus DAPO's overlong penalty when the recipe has one.
+    mask: [B, T] bool scored completion tokens.
+    group_ids: [B] int32 group of each row.
+    num_groups: number of groups (static).
+    local_rewards, step_rewards, step_mask, token_step, verifier: as `compute_advantages`.
+  """
+  rewards: Array
+  shaped: Array
+  mask: Array
+  group_ids: Array
+  num_groups: int
+  local_rewards: Array | None
+  step_rewards: Array | None
+  step_mask: Array | None
+  token_step: Array | None
+  verifier: Array | None
+
+
+def _broadcast(seq: Array, mask: Array) -> Array:
+  return jnp.where(mask, seq[:, None], 0.0)
+
+
+def _outcome(recipe: Recipe, b: Batch, rewards: Array) -> Array:
+  """[B] group z-score of a sequence reward with the recipe's scale, ddof and ε."""
+  return adv.grpo(rewards, b.group_ids, num_groups=b.num_groups, scale=recipe.grpo_scale,
+                  ddof=recipe.grpo_ddof, eps=recipe.adv_eps)
+
+
+def _require_steps(recipe: Recipe, b: Batch) -> None:
+  _require(recipe, step_rewards=b.step_rewards, step_mask=b.step_mask, token_step=b.token_step)
+
+
+def _adv_grpo(recipe: Recipe, b: Batch) -> Array:
+  return _broadcast(_outcome(recipe, b, b.shaped), b.mask)
+
+
+def _adv_rloo(recipe: Recipe, b: Batch) -> Array:
+  return _broadcast(adv.rloo(b.shaped, b.group_ids, num_groups=b.num_groups), b.mask)
+
+
+def _adv_reinforce_pp(recipe: Recipe, b: Batch) -> Array:
+  return adv.reinforce_pp_baseline(b.shaped, b.mask, b.group_ids, num_groups=b.num_groups)
+
+
+def _adv_grpo_stepmean(recipe: Recipe, b: Batch) -> Array:
+  _require_steps(recipe, b)
+  pooled = b.shaped + recipe.w_local * adv.step_mean(b.step_rewards, b.step_mask)
+  return _broadcast(_outcome(recipe, b, pooled), b.mask)
+
+
+def _adv_bot_grpo(recipe: Recipe, b: Batch) -> Array:
+  _require(recipe, local_rewards=b.local_rewards)
+  token_rewards = adv.bot_token_rewards(b.shaped, b.local_rewards, b.mask,
+                                        w_global=recipe.w_global, w_local=recipe.w_local)
+  return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
+                      eps=recipe.adv_eps)
+
+
+def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
+  _require(recipe, local_rewards=b.local_rewards)
+  credit = adv.pure_token_credit(b.local_rewards, b.mask, temperature=recipe.pure_temperature)
+  token_rewards = adv.bot_token_rewards(b.shaped, credit, b.mask, w_global=recipe.w_global,
+                                        w_local=recipe.w_local)
+  return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
+                      eps=recipe.adv_eps)
+
+
+def _adv_process_grpo(recipe: Recipe, b: Batch) -> Array:
+  _require_steps(recipe, b)
+  return adv.process_grpo(b.step_rewards, b.step_mask, b.token_step, b.mask, b.group_ids,
+                          num_groups=b.num_groups, eps=recipe.adv_eps,
+                          stepless=_outcome(recipe, b, b.shaped))
+
+
+def _adv_pure(recipe: Recipe, b: Batch) -> Array:
+  _require_steps(recipe, b)
+  return adv.pure_grpo(b.step_rewards, b.step_mask, b.token_step, b.mask, b.group_ids,
+                       num_groups=b.num_groups, temperature=recipe.pure_temperature,
+                       eps=recipe.adv_eps, outcome_rewards=b.shaped,
+                       outcome_coef=recipe.pure_outcome_coef,
+                       stepless=_outcome(recipe, b, recipe.pure_outcome_coef * b.shaped))
+
+
+def _adv_verigate(recipe: Recipe, b: Batch) -> Array:
+  _require_steps(recipe, b)
+  v = b.rewards if b.verifier is None else b.verifier
+  return adv.verigate(v, b.step_rewards, b.step_mask, b.token_step, b.mask, b.group_ids,
+                      num_groups=b.num_groups, eps=recipe.adv_eps,
+                      correct_threshold=recipe.correct_threshold, ddof=recipe.grpo_ddof)
+
+
+# One [B, T] advantage function per estimator: (recipe, Batch) -> advantages, zero outside the
+# mask. Sequence estimators broadcast to the row's tokens. Step-level ones give the tokens
+# outside every step (a `<think>` block, a preamble, a `<final>` block) the sequence-level term:
+# GRPO's outcome z-score (process_grpo; pure on outcome_coef·R), VeriGate's gated term.
+ADVANTAGE_FNS: dict[AdvantageKind, Callable[[Recipe, Batch], Array]] = {
+    AdvantageKind.GRPO: _adv_grpo,
+    AdvantageKind.RLOO: _adv_rloo,
+    AdvantageKind.REINFORCE_PP: _adv_reinforce_pp,
+    AdvantageKind.GRPO_STEPMEAN: _adv_grpo_stepmean,
+    AdvantageKind.BOT_GRPO: _adv_bot_grpo,
+    AdvantageKind.BOT_PURE: _adv_bot_pure,
+    AdvantageKind.PROCESS_GRPO: _adv_process_grpo,
+    AdvantageKind.PURE: _adv_pure,
+    AdvantageKind.VERIGATE: _adv_verigate,
+}
+
+
+def _token_recipes() -> str:
+  return ", ".join(n for n, r in RECIPES.items() if r.granularity is Granularity.TOKEN)
 
 
 def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: int,
@@ -481,10 +606,11 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
   """Advantages, loss mask and row weights of a batch under `recipe` (jit with it static).
 
   Steps: lengths = Σ_t mask; DAPO overlong penalty added to `rewards` when configured; the
-  recipe's estimator (sequence ones are broadcast to the row's tokens); DAPO dynamic sampling
-  removes rows of groups whose raw `rewards` are constant from the loss mask (the DAPO
-  constraint is on accuracy, so the filter reads the reward before overlong shaping); BPPO
-  narrows the loss mask to its two prefixes per group; ReCo computes response weights.
+  recipe's estimator `ADVANTAGE_FNS[recipe.advantage]` (sequence ones are broadcast to the
+  row's tokens; step-level ones give tokens outside every step the sequence-level term); DAPO
+  dynamic sampling removes rows of groups whose raw `rewards` are constant from the loss mask
+  (the DAPO constraint is on accuracy, so the filter reads the reward before overlong shaping);
+  BPPO narrows the loss mask to its two prefixes per group; ReCo computes response weights.
 
   Args:
     recipe: the recipe (static).
@@ -492,8 +618,9 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
     mask: [B, T] bool scored completion tokens.
     group_ids: [B] int32 group of each row.
     num_groups: number of groups (static).
-    local_rewards: [B, T] float token-level local signal S_t (BoT-GRPO eq. 4).
-    step_rewards: [B, S] float step scores (PURE, VeriGate, process GRPO).
+    local_rewards: [B, T] float token-level local signal S_t (BoT-GRPO eq. 4), read by the
+      token-level recipes only; a recipe that does not read it warns (pass None).
+    step_rewards: [B, S] float step scores (PURE, VeriGate, process GRPO, grpo_stepmean).
     step_mask: [B, S] bool valid steps.
     token_step: [B, T] int32 step of each token, -1 for none.
     old_logp: [B, T] float behaviour log-probs (ReCo).
@@ -509,6 +636,11 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
   r = jnp.asarray(rewards, jnp.float32)
   chex.assert_rank([r, mask], [1, 2])
   chex.assert_axis_dimension(mask, 0, r.shape[0])
+  if local_rewards is not None and recipe.granularity is not Granularity.TOKEN:
+    warnings.warn(
+        f"recipe {recipe.name!r} is {recipe.granularity.value}-level and ignores local_rewards; "
+        f"pass local_rewards=None, or use a token-level recipe that reads them "
+        f"({_token_recipes()})", UserWarning, stacklevel=2)
   shaped = r
   if recipe.overlong_max_length is not None:
     lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
@@ -516,38 +648,10 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
         lengths, max_length=recipe.overlong_max_length,
         cache_length=recipe.overlong_cache_length,
         penalty_factor=recipe.overlong_penalty_factor)
-
-  kind = recipe.advantage
-  if kind in ("grpo", "rloo"):
-    if kind == "grpo":
-      seq = adv.grpo(shaped, group_ids, num_groups=num_groups, scale=recipe.grpo_scale,
-                     ddof=recipe.grpo_ddof, eps=recipe.adv_eps)
-    else:
-      seq = adv.rloo(shaped, group_ids, num_groups=num_groups)
-    tokens = jnp.where(mask, seq[:, None], 0.0)
-  elif kind == "reinforce_pp":
-    tokens = adv.reinforce_pp_baseline(shaped, mask, group_ids, num_groups=num_groups)
-  elif kind == "bot_grpo":
-    _require(recipe, local_rewards=local_rewards)
-    token_rewards = adv.bot_token_rewards(shaped, local_rewards, mask, w_global=recipe.w_global,
-                                          w_local=recipe.w_local)
-    tokens = adv.bot_grpo(token_rewards, mask, group_ids, num_groups=num_groups,
-                          eps=recipe.adv_eps)
-  else:
-    _require(recipe, step_rewards=step_rewards, step_mask=step_mask, token_step=token_step)
-    if kind == "process_grpo":
-      tokens = adv.process_grpo(step_rewards, step_mask, token_step, mask, group_ids,
-                                num_groups=num_groups, eps=recipe.adv_eps)
-    elif kind == "pure":
-      tokens = adv.pure_grpo(step_rewards, step_mask, token_step, mask, group_ids,
-                             num_groups=num_groups, temperature=recipe.pure_temperature,
-                             eps=recipe.adv_eps, outcome_rewards=shaped,
-                             outcome_coef=recipe.pure_outcome_coef)
-    else:
-      v = r if verifier is None else verifier
-      tokens = adv.verigate(v, step_rewards, step_mask, token_step, mask, group_ids,
-                            num_groups=num_groups, eps=recipe.adv_eps,
-                            correct_threshold=recipe.correct_threshold)
+  batch = Batch(rewards=r, shaped=shaped, mask=mask, group_ids=group_ids, num_groups=num_groups,
+                local_rewards=local_rewards, step_rewards=step_rewards, step_mask=step_mask,
+                token_step=token_step, verifier=verifier)
+  tokens = ADVANTAGE_FNS[recipe.advantage](recipe, batch)
 
   loss_mask = mask
   if recipe.dynamic_sampling:
@@ -557,7 +661,7 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
     loss_mask = loss_mask & adv.bppo_loss_mask(
         r, mask, group_ids, num_groups=num_groups, prefix_fraction=recipe.bppo_prefix_fraction,
         min_prefix=recipe.bppo_min_prefix, correct_threshold=recipe.correct_threshold)
-  if recipe.surrogate == "reco":
+  if recipe.surrogate is Surrogate.RECO:
     _require(recipe, old_logp=old_logp)
     seq_weights = adv.reco_response_weights(old_logp, mask, group_ids, num_groups=num_groups,
                                             max_weight=recipe.reco_max_weight)
@@ -567,11 +671,15 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
                     seq_weights=seq_weights)
 
 
+# The metric keys `policy_loss` returns, whatever the recipe.
+POLICY_METRICS = ("ratio", "clipped", "dual_clipped", "pg_loss", "kl")
+
+
 def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=None,
                 seq_weights=None) -> tuple[Array, dict[str, Array]]:
   """Per-token policy loss of `recipe` (jit with it static), plus per-token metrics.
 
-    ℓ_{i,t} = w_i · surrogate_{i,t}  +  β · KL_{i,t}      (KL only when `ref_logp` is given)
+    ℓ_{i,t} = w_i · surrogate_{i,t}  +  β · KL_{i,t}      (KL when recipe.kl_coef = β > 0)
 
   surrogate: "clip" → `losses.clipped_surrogate` (eps_low, eps_high, dual_clip); "gspo" →
   `losses.gspo_surrogate` with the row's mean advantage (sequence ratio); "gspo_token" → the
@@ -584,23 +692,33 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
     old_logp: [B, T] float behaviour-policy log-probs.
     advantages: [B, T] float advantages (from `compute_advantages`).
     mask: [B, T] bool loss mask (`Advantages.loss_mask`).
-    ref_logp: [B, T] float reference-policy log-probs, or None for no KL term.
+    ref_logp: [B, T] float reference-policy log-probs; required when recipe.kl_coef > 0,
+      unused otherwise.
     seq_weights: [B] float row weights (`Advantages.seq_weights`), or None for ones.
 
   Returns:
     per_token: [B, T] float32 loss, zero outside `mask`.
-    metrics: dict of [B, T] float32 arrays, zero outside `mask` ("ratio", "clipped",
-      "pg_loss", and "kl" when a KL term is added); sum them and divide by Σ mask for means
-      (e.g. the clip fraction).
+    metrics: dict of [B, T] float32 arrays, zero outside `mask`, with the keys
+      `POLICY_METRICS` for every recipe: "ratio", "clipped", "dual_clipped" (0 unless the
+      recipe dual-clips), "pg_loss" and "kl" (the recipe's estimator; 0 when kl_coef = 0). Sum
+      them and divide by Σ mask for means (e.g. the clip fraction).
+
+  Raises:
+    ValueError: recipe.kl_coef > 0 and `ref_logp` is None.
   """
+  if recipe.kl_coef > 0 and ref_logp is None:
+    raise ValueError(
+        f"recipe {recipe.name!r} has kl_coef={recipe.kl_coef:g} > 0 but ref_logp is None: pass "
+        f"the reference policy's log-probs as ref_logp, or build the recipe with kl_coef=0.0 "
+        f"(e.g. get_recipe({recipe.name!r}, kl_coef=0.0)) to train without the KL term")
   mask = jnp.asarray(mask, jnp.bool_)
-  if recipe.surrogate == "clip":
+  if recipe.surrogate is Surrogate.CLIP:
     per_token, metrics = losses.clipped_surrogate(
         logp, old_logp, advantages, mask, eps_low=recipe.eps_low, eps_high=recipe.eps_high,
         dual_clip=recipe.dual_clip)
-  elif recipe.surrogate in ("gspo", "gspo_token"):
+  elif recipe.surrogate in (Surrogate.GSPO, Surrogate.GSPO_TOKEN):
     a = jnp.asarray(advantages, jnp.float32)
-    if recipe.surrogate == "gspo" and a.ndim == 2:
+    if recipe.surrogate is Surrogate.GSPO and a.ndim == 2:
       length = jnp.maximum(jnp.sum(mask, axis=-1, dtype=jnp.float32), 1.0)
       a = jnp.sum(jnp.where(mask, a, 0.0), axis=-1) / length
     per_token, metrics = losses.gspo_surrogate(logp, old_logp, a, mask,
@@ -609,19 +727,23 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
     per_token, metrics = losses.reco_surrogate(logp, old_logp, advantages, mask,
                                                seq_weights=seq_weights, eps_low=recipe.eps_low,
                                                eps_high=recipe.eps_high)
-  if seq_weights is not None and recipe.surrogate != "reco":
+  if seq_weights is not None and recipe.surrogate is not Surrogate.RECO:
     w = jax.lax.stop_gradient(jnp.asarray(seq_weights, jnp.float32))
     chex.assert_shape(w, (per_token.shape[0],))
     per_token = per_token * w[:, None]
-  metrics = dict(metrics)
-  if ref_logp is not None and recipe.kl_coef > 0:
+  zeros = jnp.zeros(per_token.shape, jnp.float32)
+  metrics = {"dual_clipped": zeros, **metrics}
+  if recipe.kl_coef > 0:
     kl = losses.kl(logp, ref_logp, kind=recipe.kl_kind, mask=mask)
     per_token = per_token + recipe.kl_coef * kl
     metrics["kl"] = kl
-  return per_token, metrics
+  else:
+    metrics["kl"] = zeros
+  return per_token, {k: metrics[k] for k in POLICY_METRICS}
 
 
 __all__ = [
-    "Granularity", "Recipe", "RECIPES", "ADVANTAGE_GRANULARITY", "SURROGATES", "get_recipe",
+    "Granularity", "AdvantageKind", "Surrogate", "Recipe", "RECIPES", "ADVANTAGE_GRANULARITY",
+    "ADVANTAGE_FNS", "SURROGATES", "PAPER_PROTOCOL", "POLICY_METRICS", "Batch", "get_recipe",
     "check_reward_inputs", "recipe_for_reward", "Advantages", "compute_advantages", "policy_loss",
 ]
