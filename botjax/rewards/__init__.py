@@ -8,7 +8,9 @@ from botjax.rewards.base import (
     ItemRewardFn,
     RewardFn,
     RewardResult,
+    RewardSpec,
     RewardUnavailable,
+    Signal,
     Span,
     as_result,
     batched,
@@ -16,6 +18,8 @@ from botjax.rewards.base import (
     check_batch,
     combine,
     combine_results,
+    combined_spec,
+    reward_spec,
     rewards_array,
     spans_to_token_values,
     steps_to_arrays,
@@ -47,9 +51,9 @@ from botjax.rewards.steps import STRATEGIES, judge_steps, step_scores, step_toke
 
 __all__ = [
     # base
-    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardResult", "RewardUnavailable", "Span",
-    "as_result", "batched", "call_reward_fn", "check_batch", "combine", "combine_results",
-    "rewards_array", "spans_to_token_values", "steps_to_arrays",
+    "CombinedReward", "ItemRewardFn", "RewardFn", "RewardResult", "RewardSpec", "RewardUnavailable",
+    "Signal", "Span", "as_result", "batched", "call_reward_fn", "check_batch", "combine",
+    "combine_results", "combined_spec", "reward_spec", "rewards_array", "spans_to_token_values", "steps_to_arrays",
     # pool
     "RewardPool",
     # math

@@ -13,7 +13,7 @@ default; in other threads the caller's pool timeout is the guard, see `botjax.re
 Screened-out answers cost microseconds to milliseconds. Anything that fails the screen, the
 parser or the clock scores as wrong.
 
-`MathReward` is the AIME reward of BoT-GRPO (eq. 8, ALGORITHMS.md §6).
+`MathReward` is the AIME reward of BoT-GRPO (arXiv 2610.09804, eq. 8).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botjax.rewards.base import RewardResult, check_batch
+from botjax.rewards.base import RewardResult, RewardSpec, Signal, check_batch
 from botjax.rewards.judges import JudgeStats, StepJudge
 from botjax.rewards.steps import STRATEGIES, judge_steps, step_token_spans, step_scores
 
@@ -208,8 +208,15 @@ _INTEGER = re.compile(r"[+-]?\d+")
 
 @functools.cache
 def _math_verify():
-  """Imports math-verify (and sympy, ~1 s) and warms its regex caches, outside any time limit."""
+  """Imports math-verify (and sympy, ~1 s) and warms its regex caches, outside any time limit.
+
+  The time limit is ours (`AnswerLimits.time_limit_s`), so math-verify's warning that its own
+  timeout is disabled says nothing to the user and is silenced.
+  """
+  import logging
   import math_verify
+  for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
+    logging.getLogger(name).setLevel(logging.ERROR)
   math_verify.parse("\\boxed{1}", parsing_timeout=None)
   math_verify.parse("1", extraction_config=[math_verify.ExprExtractionConfig()],
                     parsing_timeout=None)
@@ -425,6 +432,10 @@ class MathReward:
   with no steps or judge), "num_steps", "judge_failures" (units whose judge call failed and
   scored 0).
 
+  Spec (`spec`): the sequence reward, plus token spans and steps with a judge; verifier
+  "answer"; weighted (w_g and w_s are applied here, so a BoT-GRPO recipe uses w_global =
+  w_local = 1, see `botjax.algorithms.recipe_for_reward`).
+
   Args:
     judge: a StepJudge (ExactArithmeticJudge, OpenAIStepJudge, LocalModelJudge), or None for the
       outcome-only reward (no token spans, steps None).
@@ -445,7 +456,7 @@ class MathReward:
   and no steps, and its format term is that of an empty answer (`answer_offset`).
 
   References:
-    Yang et al., BoT-GRPO (Amazon AGI), eq. 8; no arXiv id.
+    Yang et al., BoT-GRPO, arXiv 2610.09804, eq. 8.
   """
 
   def __init__(self, judge: StepJudge | None = None, *, w_g: float = 3.0, w_s: float = 0.5,
@@ -465,6 +476,12 @@ class MathReward:
     self.integer_answers = integer_answers
     self.limits = limits
     self.max_judged_units = int(max_judged_units)
+
+  @property
+  def spec(self) -> RewardSpec:
+    """Sequence reward (+ token spans and steps with a judge), verifier "answer", weighted."""
+    signals = {Signal.SEQUENCE} if self.judge is None else set(Signal)
+    return RewardSpec(frozenset(signals), verifier="answer", weighted=True)
 
   def score(self, prompt: str, completion: str, meta: Mapping[str, Any]) -> RewardResult:
     """Scores one completion (see the class docstring)."""

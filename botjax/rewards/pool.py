@@ -2,7 +2,10 @@
 
 Every item runs `fn([prompt], [completion], [metadata])[0]` in a worker. An exception, a timeout, a
 non-finite value or a dead worker process yields the fallback `RewardResult(fallback_reward,
-failed=True, error=...)` and bumps a counter; the batch always completes. A hung item never holds
+failed=True, infra_failure=True, error=...)` and bumps a counter; the batch always completes.
+None of these is the model's fault (a reward function scores the model's failures, it does not
+raise on them), so the fallback is flagged as an infrastructure failure: the trainer keeps the row
+out of the loss rather than training on the fallback value. A hung item never holds
 the batch longer than its timeout: a process worker is killed and replaced, a thread worker is
 abandoned (it is a daemon thread; its late answer is dropped) and replaced.
 
@@ -33,8 +36,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botjax.rewards.base import (RewardFn, RewardResult, RewardUnavailable, call_reward_fn,
-                                 check_batch, combine)
+from botjax.rewards.base import (RewardFn, RewardResult, RewardSpec, RewardUnavailable,
+                                 call_reward_fn, check_batch, combine, reward_spec)
 
 _KINDS = ("thread", "process", "inline")
 _READY = "ready"
@@ -149,6 +152,8 @@ class RewardPool:
   Metrics (`metrics()`, cumulative since `reset_metrics()`): items, failures (= timeouts +
   exceptions + nonfinite), timeouts, exceptions (including dead workers), nonfinite,
   worker_restarts.
+
+  `spec` is the scored function's `RewardSpec` (the pool gives what the function gives).
   """
 
   def __init__(self, fns: RewardFn | Mapping[str, RewardFn], *, num_workers: int = 4,
@@ -177,6 +182,7 @@ class RewardPool:
                         f"{fns!r} cannot be pickled ({type(e).__name__}: {e}); define it at module "
                         f"level, or use kind='thread'") from e
     self.fn = fns
+    self.spec: RewardSpec = reward_spec(fns)
     self.num_workers = int(num_workers)
     self.timeout_s = float(timeout_s)
     self.fallback_reward = float(fallback_reward)
@@ -229,7 +235,7 @@ class RewardPool:
   def _fallback(self, counter: str, error: str) -> RewardResult:
     self._counters["failures"] += 1
     self._counters[counter] += 1
-    return RewardResult(reward=self.fallback_reward, failed=True, error=error)
+    return RewardResult(reward=self.fallback_reward, failed=True, error=error, infra_failure=True)
 
   def _accept(self, status: str, value) -> RewardResult:
     if status == "fatal":

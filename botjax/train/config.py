@@ -1,7 +1,8 @@
 """Run configuration: frozen dataclasses, presets, and `--set key=value` overrides.
 
 Every field has the default a user would reach for first; experiments build their own defaults
-on top (STYLE.md §7.8) and the whole config is printed at start and saved with each checkpoint.
+on top; the whole config is saved in the run directory (config.json) and with each checkpoint,
+and printed at the start with `verbose`.
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ class TrainConfig:
   max_skipped_updates: int = 20        # consecutive non-finite updates before the run stops
   tensorboard: bool = True
   wandb_project: str = ""              # empty = off
-  progress: bool = True
+  progress: bool = True                # one start line, a progress bar, one summary line
+  verbose: bool = False                # also print the recipe and the full config at the start
 
 
 # Fields that may change between a run and its resumption without changing what it computes.
 RESUMABLE_FIELDS = frozenset({
     "steps", "workdir", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-    "tensorboard", "wandb_project", "progress", "reward.workers", "reward.timeout_s",
+    "tensorboard", "wandb_project", "progress", "verbose", "reward.workers", "reward.timeout_s",
     "max_skipped_updates",
 })
 

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botjax.rewards.base import RewardResult, check_batch
+from botjax.rewards.base import RewardResult, RewardSpec, Signal, check_batch
 from botjax.rewards.react import penalties as P
 from botjax.rewards.react.extract import ExtractedCode, extract_component
 from botjax.rewards.react.judges import NON_REACT_SCORE, CodeJudge, CodeVerdict, VLMJudge, VLMVerdict
@@ -145,7 +145,18 @@ class ReactReward:
     with ReactReward(ReactRewardConfig(), code_judge=CodeJudge(JudgeConfig(model="..."))) as fn:
       results = fn(prompts, completions, [{}] * len(prompts))
       token_values = spans_to_token_values(results[0].token_spans, offsets, T)
+
+  Spec (`spec`): the sequence reward, token spans (the line term) and steps; no verifier; weighted
+  (eq. 6 sums r_global and w_ℓ·Σ p_ℓ φ itself, so a BoT-GRPO recipe reads it with w_global =
+  w_local = 1, see `botjax.algorithms.recipe_for_reward`).
+
+  Infrastructure failures (a crashed browser, a Node worker that timed out or died, a judge that
+  could not be reached) are not the model's fault: such a row has `infra_failure=True` (and
+  `failed=True`), and the trainer keeps it out of the loss. Compile errors, render errors of the
+  component itself, blank output and bad judge scores are scored.
   """
+
+  spec = RewardSpec(frozenset(Signal), verifier=None, weighted=True)
 
   def __init__(self, config: ReactRewardConfig = ReactRewardConfig(), *,
                code_judge: CodeJudge | None = None, vlm_judge: VLMJudge | None = None,
@@ -255,10 +266,29 @@ class ReactReward:
     scores = [self.compose(extracted[i], compiled[i], rendered[i], code_verdicts[i],
                             vlm_verdicts[i], completion=completions[i])
               for i in range(len(completions))]
-    for i, error in broken.items():  # infrastructure failures are fallbacks, flagged as such
-      scores[i] = dataclasses.replace(
-          scores[i], result=dataclasses.replace(scores[i].result, failed=True, error=error))
+    for i in range(len(completions)):   # not the model's fault: flagged, kept out of the loss
+      why = broken.get(i) or self._infra_failure(extracted[i], compiled[i], code_verdicts[i],
+                                                 vlm_verdicts[i])
+      if why:
+        scores[i] = dataclasses.replace(scores[i], result=dataclasses.replace(
+            scores[i].result, failed=True, infra_failure=True, error=why))
     return scores
+
+  def _infra_failure(self, ext: ExtractedCode | None, comp: CompileResult | None,
+                     code_v: CodeVerdict | None, vlm_v: VLMVerdict | None) -> str | None:
+    """Why a row could not be scored for a reason outside the model's control, or None.
+
+    A toolchain error (worker time limit, crashed worker) other than the source-size limit, and a
+    judge request that failed (an error with no reply text: unreachable, refused, timed out).
+    """
+    if comp is not None and comp.error is not None and ext is not None and (
+        self._pool is None or len(ext.code) <= self._pool.max_source_chars):
+      return f"toolchain: {comp.error}"
+    for name, v in (("code judge", code_v), ("VLM judge", vlm_v)):
+      if v is not None and v.error and v.raw_score is None and not v.text and not getattr(
+          v, "non_react", False):
+        return f"{name}: {v.error}"
+    return None
 
   def _renders(self, rend: RenderResult | None) -> bool:
     """Whether a render counts as one: ok, and visible when `blank_is_failure`."""
