@@ -520,9 +520,57 @@ def plot_win_rates(results: Mapping[str, Mapping[str, float]], path: str | os.Pa
   return path
 
 
+def plot_win_rate_curve(curves: Mapping[str, Sequence[tuple[int, float, float]]],
+                        path: str | os.PathLike, *,
+                        title: str = "Pairwise win rate during training") -> str:
+  """Win rate against training step, one line per run, with the share that comes from ties
+  shaded (BoT-GRPO, arXiv 2610.09804, Fig. 2: win rate throughout training).
+
+  Args:
+    curves: run name -> (step, win rate in [0, 1] with ties counted 0.5, tie rate in [0, 1])
+      points; the band under each line spans win rate − tie rate / 2 to win rate.
+    path: output image.
+    title: the figure title.
+
+  Returns:
+    `path`.
+
+  Raises:
+    PlotError: no points, or a rate outside [0, 1].
+  """
+  if not curves or not any(curves.values()):
+    raise PlotError("no win-rate points to plot")
+  for name, points in curves.items():
+    for step, win, tie in points:
+      if not (0.0 <= win <= 1.0 and 0.0 <= tie <= 1.0):
+        raise PlotError(f"{name}: step {step} has win rate {win} and tie rate {tie}; both must "
+                        "lie in [0, 1]")
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  for name, points in curves.items():
+    points = sorted(points)
+    steps = [p[0] for p in points]
+    win = np.asarray([100 * p[1] for p in points])
+    tie = np.asarray([100 * p[2] for p in points])
+    line, = ax.plot(steps, win, marker="o", ms=3, label=name)
+    ax.fill_between(steps, win - tie / 2, win, color=line.get_color(), alpha=0.2, lw=0,
+                    label=f"{name}: ties (0.5 each)")
+  ax.axhline(50, ls="--", c="gray", lw=1)
+  ax.set_xlabel("training step")
+  ax.set_ylabel("win rate (%)")
+  ax.set_ylim(0, 100)
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=150)
+  plt.close(fig)
+  return path
+
+
 __all__ = [
     "PlotError", "Runs", "series", "steps_to_threshold", "run_name", "load_records", "load_runs",
     "available_metrics", "mean_curve", "first_crossing", "threshold_crossings", "draw_metric",
     "plot_metric", "plot_runs", "passk_keys", "plot_passk", "load_win_rates", "plot_win_rates",
-    "plot_compile_rate",
+    "plot_compile_rate", "plot_win_rate_curve",
 ]

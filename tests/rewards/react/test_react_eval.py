@@ -107,3 +107,24 @@ def test_json_and_plots(tmp_path):
     with Image.open(tmp_path / name) as img:
       assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 300
       assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 10  # something was drawn
+
+
+def test_win_rate_curve_plot(tmp_path):
+  from botjax import plotting
+  # per-checkpoint ABBA outcomes against a fixed baseline -> (step, win rate, tie rate)
+  outcomes = {0: [0.0, 0.5, 0.0, 0.5], 10: [1.0, 0.5, 0.0, 0.5], 20: [1.0, 1.0, 0.5, 1.0]}
+  points = []
+  for step, out in outcomes.items():
+    r = ev.win_rate(out)
+    wins, ties = sum(o == 1.0 for o in out), sum(o == 0.5 for o in out)
+    assert r["win_rate"] == (wins + 0.5 * ties) / 4 and r["tie_rate"] == ties / 4
+    points.append((step, r["win_rate"], r["tie_rate"]))
+  assert points == [(0, 0.25, 0.5), (10, 0.5, 0.5), (20, 0.875, 0.25)]
+  path = plotting.plot_win_rate_curve({"bot_grpo": points}, tmp_path / "curve.png")
+  with Image.open(path) as img:
+    assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 300
+    assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 10
+  with pytest.raises(plotting.PlotError, match="no win-rate points"):
+    plotting.plot_win_rate_curve({"bot_grpo": []}, tmp_path / "empty.png")
+  with pytest.raises(plotting.PlotError, match="must lie in"):
+    plotting.plot_win_rate_curve({"bot_grpo": [(0, 1.5, 0.0)]}, tmp_path / "bad.png")

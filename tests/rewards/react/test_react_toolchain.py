@@ -171,3 +171,17 @@ def test_check_toolchain_reports_pinned_versions():
   assert versions["esbuild"] == "0.28.2" and versions["typescript"] == "6.0.3"
   assert versions["eslint"] == "9.39.5" and os.path.exists(versions["chromium"])
   assert versions["playwright"].startswith("1.65")
+
+
+def test_toolchain_dir_from_the_environment(tmp_path, monkeypatch):
+  assert tc.toolchain_dir() == tc.NODE_DIR or tc.TOOLCHAIN_ENV in os.environ
+  monkeypatch.setenv(tc.TOOLCHAIN_ENV, str(tmp_path))
+  assert tc.toolchain_dir() == tmp_path.resolve()
+  with pytest.raises(tc.ToolchainError, match="worker script .*worker.mjs is missing"):
+    tc.find_node()
+  (tmp_path / "worker.mjs").write_bytes((tc.NODE_DIR / "worker.mjs").read_bytes())
+  with pytest.raises(tc.ToolchainError, match="npm package 'esbuild' .* is missing from") as e:
+    tc.find_node()
+  assert "npm ci" in str(e.value) and str(tmp_path) in str(e.value)
+  monkeypatch.delenv(tc.TOOLCHAIN_ENV)
+  assert tc.toolchain_dir() == tc.NODE_DIR and tc.find_node()
