@@ -17,7 +17,7 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
-from botjax.models import sharding
+from botjax import _xla_cpu
 from botjax import plotting  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
@@ -37,9 +37,15 @@ flags.DEFINE_bool("report_only", False, "Only write the plot and table of the fi
 flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
 
 
+def recipe_flags(algo: str) -> list[str]:
+  """Recipe overrides of this comparison: the step-mean control weighs the mean step verdict by
+  the reward's --w_s (3·correct + format + w_s·mean verdict), as BoT-GRPO's local term does."""
+  return [f"recipe.w_local={FLAGS.w_s!r}"] if algo == "grpo_stepmean" else []
+
+
 def main(argv):
   del argv
-  sharding.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
+  _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
   prepared = arith.prepare(FLAGS.workdir,
@@ -55,7 +61,7 @@ def main(argv):
         import shutil
         shutil.rmtree(workdir)
       cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
-                                    overrides=FLAGS.set)
+                                    overrides=[*recipe_flags(algo), *FLAGS.set])
       name = f"{algo}-seed{seed}"
       done = _cli.finished_seconds(workdir, cfg)
       if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d

@@ -20,6 +20,7 @@ from typing import Sequence
 import jax
 from flax import nnx
 
+from botjax import algorithms
 from botjax import data as data_lib
 from botjax import models
 from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
@@ -31,7 +32,23 @@ from botjax.train.sft import SFTConfig, sft
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ArithmeticSetup:
+class TinyModelSetup:
+  """A testbed's tokenizer size, tiny Qwen2-architecture model (`tiny_model`) and supervised warm
+  start (`warm_start`); every field is part of the cache key (`setup_digest`)."""
+  vocab_size: int
+  hidden_size: int = 96
+  num_layers: int = 3
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  intermediate_size: int = 256
+  warm_steps: int
+  warm_batch: int
+  warm_lr: float = 3e-3
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ArithmeticSetup(TinyModelSetup):
   """The task, the tiny model and its warm start (all cached under `<workdir>/warmstart-<hash>`)."""
   num_ops: tuple[int, int] = (2, 3)
   operand_range: tuple[int, int] = (1, 9)
@@ -41,16 +58,9 @@ class ArithmeticSetup:
   num_train: int = 4000
   num_eval: int = 128
   vocab_size: int = 320
-  hidden_size: int = 96
-  num_layers: int = 3
-  num_heads: int = 4
-  num_kv_heads: int = 2
-  intermediate_size: int = 256
   warm_error_rate: float = 0.6       # fraction of warm-start solutions with one mistake
   warm_steps: int = 400
   warm_batch: int = 32
-  warm_lr: float = 3e-3
-  seed: int = 0
 
   def task(self) -> data_lib.ArithmeticTask:
     return data_lib.ArithmeticTask(num_ops=self.num_ops, operand_range=self.operand_range,
@@ -87,7 +97,8 @@ class Prepared:
   cached: bool
 
 
-def tiny_model(tok, setup, *, max_position_embeddings: int) -> tuple[models.Decoder, int]:
+def tiny_model(tok, setup: TinyModelSetup, *,
+               max_position_embeddings: int) -> tuple[models.Decoder, int]:
   """A random tiny Qwen2-architecture Decoder sized by `setup` (hidden_size, num_layers,
   num_heads, num_kv_heads, intermediate_size, seed) for the tokenizer `tok`; returns it and the
   EOS id (`<|im_end|>`)."""
@@ -173,17 +184,15 @@ def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 
                       overrides: Sequence[str] = ()) -> config_lib.TrainConfig:
   """The quick-start's RL settings for one recipe (CPU-sized, same for every recipe).
 
-  Every recipe keeps its own estimator, surrogate, clipping and aggregation; three settings
-  are made uniform so that the comparison is about those: no KL term (the default of verl,
-  TRL, DAPO, Dr. GRPO and GSPO; it also saves the reference forward pass on CPU), Dr. GRPO's
-  constant normaliser and DAPO's overlong lengths set to this run's 64-token budget.
+  Every recipe keeps its own estimator, surrogate, clipping and aggregation; two settings are
+  made uniform so that the comparison is about those: no KL term (the default of verl, TRL,
+  DAPO, Dr. GRPO and GSPO; it also saves the reference forward pass on CPU) and the BoT-GRPO
+  paper's GRPO std (eq. 1, population: `algorithms.PAPER_PROTOCOL`), so that BoT-GRPO with
+  w_s = 0 is exactly GRPO. Dr. GRPO's constant normaliser and DAPO's overlong lengths follow
+  this run's 64-token budget (the trainer applies `Recipe.for_budget`).
   """
   max_new = 64
-  recipe_overrides = [("kl_coef", 0.0)]
-  if recipe == "dr_grpo":
-    recipe_overrides.append(("agg_norm", float(max_new)))
-  if recipe == "dapo":
-    recipe_overrides += [("overlong_max_length", max_new), ("overlong_cache_length", max_new // 4)]
+  recipe_overrides = [*algorithms.PAPER_PROTOCOL, ("kl_coef", 0.0)]
   cfg = config_lib.TrainConfig(
       recipe=recipe, steps=steps, seed=seed, workdir=workdir, recipe_overrides=tuple(recipe_overrides),
       optim=config_lib.OptimConfig(learning_rate=3e-4, warmup_steps=5, max_grad_norm=1.0),
