@@ -130,6 +130,92 @@ def test_repo_not_in_the_cache_offline_says_how_to_fix(tmp_path, monkeypatch):
   assert "hf download acme/not-cached" in msg and "not downloaded" in msg
 
 
+class _LoopbackHub:
+  """The Hugging Face Hub's model API for one repo, served from a directory on 127.0.0.1: repo
+  info, tree listing, and HEAD/GET of `/{repo}/resolve/{commit}/{file}`."""
+
+  def __init__(self, repo, directory):
+    import hashlib
+    import http.server
+    import threading
+    import urllib.parse
+    self.requests = []
+    sha = hashlib.sha1(repo.encode()).hexdigest()
+    files = sorted(os.listdir(directory))
+    hub = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      def log_message(self, *args):
+        pass
+
+      def send(self, code, body=b"", headers=()):
+        self.send_response(code)
+        for k, v in headers:
+          self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+          self.wfile.write(body)
+
+      def do_HEAD(self):
+        self.do_GET()
+
+      def do_GET(self):
+        path = urllib.parse.urlparse(self.path).path
+        hub.requests.append((self.command, path))
+        as_json = [("Content-Type", "application/json")]
+        if path == f"/api/models/{repo}/revision/main":
+          info = {"id": repo, "sha": sha, "siblings": [{"rfilename": f} for f in files]}
+          return self.send(200, json.dumps(info).encode(), as_json)
+        if path.startswith(f"/api/models/{repo}/tree/"):
+          tree = [{"type": "file", "path": f, "oid": sha,
+                   "size": os.path.getsize(os.path.join(directory, f))} for f in files]
+          return self.send(200, json.dumps(tree).encode(), as_json)
+        prefix = f"/{repo}/resolve/{sha}/"
+        if path.startswith(prefix) and path[len(prefix):] in files:
+          with open(os.path.join(directory, path[len(prefix):]), "rb") as f:
+            body = f.read()
+          etag = hashlib.sha1(body).hexdigest()
+          return self.send(200, body, [("X-Repo-Commit", sha), ("ETag", f'"{etag}"')])
+        self.send(404, b"", [("X-Error-Code", "EntryNotFound")])
+
+    self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_repo_missing_from_the_cache_is_downloaded_when_online(hf_checkpoint, tmp_path,
+                                                               monkeypatch, capsys):
+  """Online (a Hub on loopback): the repo is fetched into the cache, with a message and only the
+  model's files; afterwards it loads offline from there."""
+  from huggingface_hub import constants
+  path, hf = hf_checkpoint("qwen2_tied_kv1")
+  src = tmp_path / "repo"
+  shutil.copytree(path, src)
+  (src / "README.md").write_text("not a model file")
+  (src / "pytorch_model.bin").write_bytes(b"not fetched either")
+  hub = _LoopbackHub("acme/online", str(src))
+  monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+  monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+  monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+  monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                      hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+  cache = tmp_path / "hub"
+  model = bm.load_pretrained("acme/online", cache_dir=str(cache))
+  err = capsys.readouterr().err
+  assert (f"checkpoint 'acme/online': the HF cache at {cache} has no snapshot of it; downloading "
+          f"it from the Hugging Face Hub ({hub.url})") in err
+  fetched = {p for m, p in hub.requests if m == "GET" and "/resolve/" in p}
+  assert {os.path.basename(p) for p in fetched} == {"config.json", "generation_config.json",
+                                                    "model.safetensors"} & set(os.listdir(src))
+  ids, mask, pos = left_padded_batch(2, 8, hf.config.vocab_size, seed=8)
+  np.testing.assert_allclose(_forward(model, ids, mask, pos)[mask],
+                             hf_logits(hf, ids, mask, pos)[mask], atol=ATOL)
+  hub.server.shutdown()   # now from the cache alone
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  assert weights.resolve_checkpoint("acme/online", cache_dir=str(cache)).startswith(str(cache))
+
+
 def test_incomplete_cached_snapshot_offline_names_the_missing_files(hf_checkpoint, tmp_path,
                                                                    monkeypatch):
   """A snapshot holding only config.json (as a config-only lookup leaves it) is not a checkpoint."""
