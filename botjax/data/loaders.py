@@ -194,7 +194,7 @@ def load_tfds(data_dir: str | os.PathLike, split: str = "train") -> list[dict[st
 
 
 def load_source(spec: str | os.PathLike, *, split: str = "train",
-                field_map: Mapping[str, str] | None = None,
+                field_map: Mapping[str, str] | None = None, offline: bool | None = None,
                 **hf_kwargs: Any) -> list[dict[str, Any]]:
   """Loads prompt records from a one-string source spec (for `--train_data=` flags).
 
@@ -210,7 +210,9 @@ def load_source(spec: str | os.PathLike, *, split: str = "train",
     spec: the source.
     split: split for `hf:` and `tfds:` sources (files and the builtin sample have one).
     field_map: canonical field → column, for files and `hf:`.
-    **hf_kwargs: for `hf:` sources, passed to `load_hf_dataset` (offline, cache_dir, revision).
+    offline: for `hf:` sources, read only the HF cache (default: HF_HUB_OFFLINE decides); other
+      sources never use the network.
+    **hf_kwargs: for `hf:` sources, passed to `load_hf_dataset` (cache_dir, revision, ...).
 
   Returns:
     Validated records.
@@ -224,7 +226,7 @@ def load_source(spec: str | os.PathLike, *, split: str = "train",
     name = spec[len("hf:"):]
     if field_map is None:
       field_map = HF_FIELD_MAPS.get(name)
-    return load_hf_dataset(name, split, field_map=field_map, **hf_kwargs)
+    return load_hf_dataset(name, split, field_map=field_map, offline=offline, **hf_kwargs)
   if spec.startswith("tfds:"):
     return load_tfds(spec[len("tfds:"):], split)
   if not os.path.exists(spec):
