@@ -16,15 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from botjax import advantages as adv
+from _util import both
 
 B, T, S, P = 12, 9, 4, 5
 # Non-contiguous groups: 0 and 1 interleave, group 3 is a singleton, group 4 is unused.
 GROUP_IDS = np.array([0, 1, 0, 2, 1, 0, 3, 1, 2, 0, 1, 2], np.int32)
 
-
-def both(fn, *static):
-  """The function eagerly and under jit (static keyword arguments named)."""
-  return [fn, jax.jit(fn, static_argnames=static)]
 
 
 def make_batch(seed, *, nan_padding=True):

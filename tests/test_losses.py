@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 
 from botjax import advantages as adv
 from botjax import losses
+from _util import both
 
 B, T, V = 10, 7, 11
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_norm"]
 
-
-def both(fn, *static):
-  return [fn, jax.jit(fn, static_argnames=static)]
 
 
 def make(seed, *, nan_padding=True, off_policy=0.3):

@@ -10,13 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from botjax import ops
+from _util import both
 
 B, T, P = 9, 6, 4
 GROUP_IDS = np.array([2, 0, 2, 1, 0, 2, 0, 1, 5], np.int32)   # group 3 empty, id 5 out of range
 
-
-def both(fn, *static):
-  return [fn, jax.jit(fn, static_argnames=static)]
 
 
 def make(seed):

@@ -1,8 +1,6 @@
 """The math modules import nothing heavy: no flax, transformers or torch."""
 
-import json
-import subprocess
-import sys
+from _util import imported
 
 HEAVY = ("flax", "transformers", "torch")
 
@@ -10,11 +8,7 @@ HEAVY = ("flax", "transformers", "torch")
 def test_math_modules_import_no_heavy_dependencies():
   modules = ("botjax.types", "botjax.ops", "botjax.advantages", "botjax.losses",
              "botjax.metrics", "botjax.algorithms")
-  code = (f"import sys\nimport {', '.join(modules)}\n"
-          f"import json\nprint(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       check=True)
-  assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+  assert imported(modules, HEAVY) == []
 
 
 def test_math_modules_never_jit_at_definition():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import dataclasses
+import os
 import re
 import threading
 import zlib
@@ -353,6 +354,88 @@ def render_request(req: JudgeRequest) -> str:
   return "\n".join(lines)
 
 
+# ---- OpenAI-compatible chat endpoint -------------------------------------------------------------
+
+def resolve_api_key(api_key: str | None) -> str:
+  """The API key sent to an OpenAI-compatible server: `api_key` when given, else $OPENAI_API_KEY
+  when set, else "EMPTY" (local servers such as vLLM and SGLang accept any key)."""
+  return api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+
+class OpenAIChat:
+  """One OpenAI-compatible `/v1/chat/completions` endpoint (OpenAI, vLLM, SGLang, a local server):
+  `chat(messages)` returns the reply text. Every LLM and VLM judge of botjax talks through it.
+
+  Transport errors, HTTP 408/429/5xx and timeouts are retried by the `openai` client
+  (`max_retries`, exponential backoff). Thread-safe; it pickles without its connection, which is
+  rebuilt on first use in the receiving process.
+
+  Args:
+    model: the model name sent with each request.
+    base_url: the API root, e.g. "http://127.0.0.1:8000/v1"; None uses api.openai.com.
+    api_key: see `resolve_api_key`.
+    timeout_s: per-request timeout in seconds, > 0.
+    max_retries: client retries per request, >= 0.
+    temperature, max_tokens: sampling of the judge.
+  """
+
+  def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+               timeout_s: float = 60.0, max_retries: int = 2, temperature: float = 0.0,
+               max_tokens: int = 256):
+    if not model:
+      raise ValueError(f"model must name the judge model, got {model!r}")
+    if timeout_s <= 0 or max_retries < 0:
+      raise ValueError(f"need timeout_s > 0 and max_retries >= 0, got timeout_s={timeout_s}, "
+                       f"max_retries={max_retries}")
+    self.model, self.base_url, self.api_key = model, base_url, resolve_api_key(api_key)
+    self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
+    self.temperature, self.max_tokens = temperature, max_tokens
+    self._client = None
+    self._lock = threading.Lock()
+
+  def __getstate__(self):
+    state = self.__dict__.copy()
+    state["_client"] = state["_lock"] = None
+    return state
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._lock = threading.Lock()
+
+  @property
+  def client(self):
+    """The `openai.OpenAI` client, built on first use."""
+    with self._lock:
+      if self._client is None:
+        try:
+          import openai  # optional dependency (botjax[math])
+        except ImportError as e:
+          raise ImportError("the OpenAI-compatible judges need the openai client: "
+                            "pip install 'openai>=1.50'") from e
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
+                                     timeout=self.timeout_s, max_retries=self.max_retries)
+      return self._client
+
+  def chat(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None) -> str:
+    """The text of the first choice of one chat completion (raises on transport errors, and
+    JudgeError for a reply without choices)."""
+    response = self.client.chat.completions.create(
+        model=self.model, temperature=self.temperature,
+        max_tokens=max_tokens or self.max_tokens, messages=messages)
+    if not getattr(response, "choices", None):
+      raise JudgeError(f"reply without choices: {str(response)[:120]}")
+    return response.choices[0].message.content or ""
+
+  def close(self) -> None:
+    with self._lock:
+      if self._client is not None:
+        self._client.close()
+        self._client = None
+
+  def __repr__(self):
+    return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
+
+
 class OpenAIStepJudge(StepJudge):
   """An LLM judge behind an OpenAI-compatible `/v1/chat/completions` endpoint.
 
@@ -365,7 +448,7 @@ class OpenAIStepJudge(StepJudge):
   Args:
     model: the model name sent to the server.
     base_url: e.g. "http://127.0.0.1:8000/v1" (vLLM, SGLang) or None for api.openai.com.
-    api_key: the key; local servers accept any ("EMPTY").
+    api_key: the key; None sends $OPENAI_API_KEY when set, else "EMPTY" (`resolve_api_key`).
     timeout_s: per-request timeout in seconds.
     max_retries: client retries per request.
     parse_retries: extra requests after an unparseable reply.
@@ -383,36 +466,25 @@ class OpenAIStepJudge(StepJudge):
       raise ValueError(f"need max_concurrency >= 1, timeout_s > 0, retries >= 0; got "
                        f"max_concurrency={max_concurrency}, timeout_s={timeout_s}, "
                        f"max_retries={max_retries}, parse_retries={parse_retries}")
-    self.model, self.base_url, self.api_key = model, base_url, api_key or "EMPTY"
-    self.timeout_s = float(timeout_s)
-    self.max_retries, self.parse_retries = int(max_retries), int(parse_retries)
+    self.endpoint = OpenAIChat(model, base_url=base_url, api_key=api_key, timeout_s=timeout_s,
+                               max_retries=max_retries, temperature=temperature,
+                               max_tokens=max_tokens)
+    self.model, self.base_url = model, base_url
+    self.parse_retries = int(parse_retries)
     self.max_concurrency = int(max_concurrency)
-    self.temperature, self.max_tokens, self.system_prompt = temperature, max_tokens, system_prompt
-    self._client = self._executor = None
+    self.system_prompt = system_prompt
+    self._executor = None
 
-  def __getstate__(self):  # the client and the executor are rebuilt in the receiving process
+  def __getstate__(self):  # the executor is rebuilt in the receiving process
     state = super().__getstate__()
-    state["_client"] = state["_executor"] = None
+    state["_executor"] = None
     return state
 
-  @property
-  def client(self):
-    if self._client is None:
-      import openai  # optional dependency (botjax[math])
-      self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
-                                   timeout=self.timeout_s, max_retries=self.max_retries)
-    return self._client
-
   def complete(self, user: str, *, max_tokens: int | None = None) -> str:
-    """One chat completion; returns choices[0].message.content (raises on transport errors)."""
-    response = self.client.chat.completions.create(
-        model=self.model, temperature=self.temperature,
-        max_tokens=max_tokens or self.max_tokens,
-        messages=[{"role": "system", "content": self.system_prompt},
-                  {"role": "user", "content": user}])
-    if not getattr(response, "choices", None):
-      raise JudgeError(f"reply without choices: {str(response)[:120]}")
-    return response.choices[0].message.content or ""
+    """One chat completion (system prompt + `user`); returns the reply text (raises on transport
+    errors)."""
+    return self.endpoint.chat([{"role": "system", "content": self.system_prompt},
+                               {"role": "user", "content": user}], max_tokens=max_tokens)
 
   def _one(self, req: JudgeRequest) -> int | Exception:
     error: Exception = JudgeError("no attempt")

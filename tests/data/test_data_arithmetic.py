@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from botjax.data import arithmetic as ar
 from botjax.data import templates
+from _util import imported
 
 _STEP = re.compile(r"<step (\d+)>(-?\d+) ([-+*/]) (\d+) = (-?\d+)</step>")
 _FINAL = re.compile(r"<final>(-?\d+)</final>")
@@ -246,13 +247,8 @@ def test_warm_start_examples_hit_the_requested_accuracy():
 
 
 def test_data_package_imports_no_jax_flax_or_transformers():
-  import subprocess
-  import sys
-  code = ("import sys, botjax.data, botjax.data.dataset, botjax.data.loaders\n"
-          "print(sorted(m for m in ('jax', 'flax', 'transformers', 'tokenizers', 'torch')"
-          " if m in sys.modules))")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.strip() == "[]"
+  assert imported(["botjax.data", "botjax.data.dataset", "botjax.data.loaders"],
+                  ["jax", "flax", "transformers", "tokenizers", "torch"]) == []
 
 
 @given(st.integers(-50, 50), st.integers(-9, 9))

@@ -1,6 +1,4 @@
 """RewardResult, spans_to_token_values / steps_to_arrays on a real tokenizer's offsets, combine."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from botjax.rewards import (RewardResult, as_result, batched, combine, rewards_array,
                             segment_steps, spans_to_token_values, steps_to_arrays)
+from _util import imported
 
 TEXT = ("<step 1>3 + 4 = 7</step>\n<step 2>7 * 2 = 14</step>\n"
         "<step 3>14 - 5 = 9</step>\n<final>9</final>")
@@ -144,11 +143,7 @@ def test_results_and_combine():
 
 def test_import_is_light():
   """botjax.rewards is host Python: importing it pulls in neither jax nor sympy nor openai."""
-  code = ("import sys, botjax.rewards; "
-          "print(sorted(m for m in ('jax', 'flax', 'sympy', 'openai', 'math_verify') "
-          "if m in sys.modules))")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.strip() == "[]"
+  assert imported(["botjax.rewards"], ["jax", "flax", "sympy", "openai", "math_verify"]) == []
 
 
 def token_step_oracle(steps, starts):

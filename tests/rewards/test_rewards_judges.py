@@ -7,8 +7,6 @@ BADJSON (a 200 with a broken body), FLAKY (prose first, then a proper reply), HT
 error first, then a proper reply).
 """
 import collections
-import http.server
-import json
 import re
 import socket
 import threading
@@ -19,58 +17,37 @@ import pytest
 from botjax.rewards import (ExactArithmeticJudge, JudgeRequest, JudgeUnavailable, MathReward,
                             OpenAIStepJudge, RewardPool, judge_steps)
 from botjax.rewards.judges import JUDGE_SYSTEM_PROMPT, JudgeStats, parse_verdict
+from _openai_server import OpenAIServer
 
 _STEP_LINE = re.compile(r"Step \d+: (-?\d+) ([-+*/]) (-?\d+) = (-?\d+)")
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-  def log_message(self, *args):  # keep pytest output clean
-    pass
+class _Grader:
+  """The server's responder: grades `a op b = c` lines like a small LLM judge (see the module
+  docstring); `seen` counts each user message, `delay_s` delays every reply."""
 
-  def do_POST(self):
-    server = self.server
-    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+  def __init__(self):
+    self.seen = collections.Counter()
+    self.delay_s = 0.0
+    self._lock = threading.Lock()
+
+  def __call__(self, body):
     user = body["messages"][-1]["content"]
-    with server.lock:
-      server.requests.append(body)
-      server.in_flight += 1
-      server.max_in_flight = max(server.max_in_flight, server.in_flight)
-      server.seen[user] += 1
-      seen = server.seen[user]
-    try:
-      if "SLOW" in user:
-        time.sleep(3.0)
-      if "HTTP500" in user and seen == 1:
-        return self._send(500, b'{"error": {"message": "overloaded"}}')
-      if "BADJSON" in user:
-        return self._send(200, b'{"choices": [')
-      time.sleep(server.delay_s)
-      if "PROSE" in user or ("FLAKY" in user and seen == 1):
-        content = "The step looks plausible to me."
-      else:
-        graded = user.split("Steps to grade:")[-1]
-        ok = all(_apply(int(a), op, int(b)) == int(c)
-                 for a, op, b, c in _STEP_LINE.findall(graded))
-        content = f"Checked the arithmetic.\nVERDICT: {'+1' if ok else '-1'}"
-      reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
-               "model": body["model"],
-               "choices": [{"index": 0, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": content}}],
-               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-      self._send(200, json.dumps(reply).encode())
-    finally:
-      with server.lock:
-        server.in_flight -= 1
-
-  def _send(self, code, payload):
-    self.send_response(code)
-    self.send_header("Content-Type", "application/json")
-    self.send_header("Content-Length", str(len(payload)))
-    self.end_headers()
-    try:
-      self.wfile.write(payload)
-    except BrokenPipeError:  # the client gave up (the SLOW case)
-      pass
+    with self._lock:
+      self.seen[user] += 1
+      seen = self.seen[user]
+    if "SLOW" in user:
+      time.sleep(3.0)
+    if "HTTP500" in user and seen == 1:
+      return 500, {"error": {"message": "overloaded"}}
+    if "BADJSON" in user:
+      return 200, b'{"choices": ['
+    time.sleep(self.delay_s)
+    if "PROSE" in user or ("FLAKY" in user and seen == 1):
+      return "The step looks plausible to me."
+    graded = user.split("Steps to grade:")[-1]
+    ok = all(_apply(int(a), op, int(b)) == int(c) for a, op, b, c in _STEP_LINE.findall(graded))
+    return f"Checked the arithmetic.\nVERDICT: {'+1' if ok else '-1'}"
 
 
 def _apply(a, op, b):
@@ -79,24 +56,20 @@ def _apply(a, op, b):
 
 @pytest.fixture(scope="module")
 def server():
-  srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-  srv.daemon_threads = True
-  srv.lock = threading.Lock()
-  srv.requests, srv.seen = [], collections.Counter()
-  srv.in_flight = srv.max_in_flight = 0
-  srv.delay_s = 0.0
-  thread = threading.Thread(target=srv.serve_forever, daemon=True)
-  thread.start()
+  srv = OpenAIServer(_Grader())
   yield srv
-  srv.shutdown()
-  srv.server_close()
+  srv.close()
+
+
+def _sent(server, start=0):
+  """The request bodies the server received from the `start`-th on."""
+  return [r["body"] for r in server.requests[start:]]
 
 
 def _judge(server, **kwargs):
   kwargs.setdefault("timeout_s", 5.0)
   kwargs.setdefault("max_retries", 0)
-  return OpenAIStepJudge("judge-model", base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                         api_key="test-key", **kwargs)
+  return OpenAIStepJudge("judge-model", base_url=server.url, api_key="test-key", **kwargs)
 
 
 def _closed_port():
@@ -114,7 +87,7 @@ def test_verdicts_and_prompts(server):
   start = len(server.requests)
   verdicts = judge_steps(judge, "Compute (3 + 4) * 2 - 5.", STEPS, {}, strategy="context_aware")
   assert verdicts == [1, -1, 1]
-  sent = server.requests[start:]
+  sent = _sent(server, start)
   assert [r["model"] for r in sent] == ["judge-model"] * 3
   assert sent[0]["messages"][0] == {"role": "system", "content": JUDGE_SYSTEM_PROMPT}
   last = sent[2]["messages"][1]["content"]
@@ -124,7 +97,7 @@ def test_verdicts_and_prompts(server):
   assert last.split("Steps to grade:")[1].strip().startswith("Step 3: 15 - 5 = 10")
   start = len(server.requests)
   assert judge_steps(judge, "p", STEPS, {}, strategy="independent") == [1, -1, 1]
-  assert all("Earlier steps" not in r["messages"][1]["content"] for r in server.requests[start:])
+  assert all("Earlier steps" not in r["messages"][1]["content"] for r in _sent(server, start))
   assert judge_steps(judge, "p", STEPS, {}) == [1, -1, 0]  # error propagation
   assert judge.metrics()["judge_failures"] == 0
 
@@ -134,13 +107,13 @@ def test_context_aware_windows_list_unit_verdicts(server):
   start = len(server.requests)
   steps = STEPS + ["10 * 1 = 10"]
   assert judge_steps(judge, "p", steps, {}, strategy="context_aware", window=2) == [-1, -1, 1]
-  last = server.requests[start:][2]["messages"][1]["content"]
+  last = _sent(server, start)[2]["messages"][1]["content"]
   assert "Your earlier verdicts:\nSteps 1-2: -1\nSteps 2-3: -1" in last
   assert "Steps to grade:\nStep 3: 15 - 5 = 10\nStep 4: 10 * 1 = 10" in last
 
 
 def test_bounded_concurrency(server):
-  server.delay_s = 0.2
+  server.responder.delay_s = 0.2
   try:
     server.max_in_flight = 0
     judge = _judge(server, max_concurrency=2)
@@ -148,7 +121,7 @@ def test_bounded_concurrency(server):
     assert judge.judge(reqs) == [1] * 6
     assert server.max_in_flight == 2
   finally:
-    server.delay_s = 0.0
+    server.responder.delay_s = 0.0
 
 
 def test_slow_malformed_and_retried_replies(server):
@@ -160,7 +133,7 @@ def test_slow_malformed_and_retried_replies(server):
   assert time.perf_counter() - start < 2.5  # the slow reply is cut at 0.5 s, not waited for (3 s)
   assert verdicts == [0, 0, 0, 1, 1]  # FLAKY: prose first, a proper verdict on the retry
   assert judge.metrics()["judge_failures"] == 3
-  flaky = [r for r in server.requests if "FLAKY" in r["messages"][1]["content"]]
+  flaky = [r for r in _sent(server) if "FLAKY" in r["messages"][1]["content"]]
   assert len(flaky) == 2
 
 
@@ -168,7 +141,8 @@ def test_client_retries_server_errors(server):
   judge = _judge(server, max_retries=2)
   req = JudgeRequest(problem="HTTP500", steps=("2 * 3 = 7",), first=0, last=1)
   assert judge.judge([req]) == [-1]
-  assert server.seen[next(k for k in server.seen if "HTTP500" in k)] == 2
+  seen = server.responder.seen
+  assert seen[next(k for k in seen if "HTTP500" in k)] == 2
 
 
 def test_refused_connection_then_unavailable():
@@ -246,3 +220,29 @@ def test_exact_judge_context_rule_needs_step_exprs():
   got = judge_steps(ExactArithmeticJudge(), "p", ("3 + 4 = 7",), {"step_values": [7]},
                     strategy="context_aware", stats=stats)
   assert got == [0] and stats.failures == 1
+
+
+def test_step_and_react_judges_share_one_api_key_rule(server, monkeypatch):
+  from botjax.rewards.react import judges as react_judges
+
+  def step(**kw):
+    OpenAIStepJudge("m", base_url=server.url, max_retries=0, **kw).complete("1 + 1 = 2")
+
+  def react(**kw):
+    client = react_judges.ChatClient(react_judges.JudgeConfig(
+        model="m", base_url=server.url, max_retries=0, **kw))
+    try:
+      client.chat([{"role": "user", "content": "1 + 1 = 2"}])
+    finally:
+      client.close()
+
+  def auth(send, **kw):
+    start = len(server.requests)
+    send(**kw)
+    return server.requests[start]["auth"]
+
+  monkeypatch.setenv("OPENAI_API_KEY", "env-key")        # sent when set ...
+  assert auth(step) == auth(react) == "Bearer env-key"
+  assert auth(step, api_key="given") == auth(react, api_key="given") == "Bearer given"
+  monkeypatch.delenv("OPENAI_API_KEY")                   # ... else a placeholder
+  assert auth(step) == auth(react) == "Bearer EMPTY"

@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import dataclasses
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from botjax.rewards.judges import OpenAIChat
 
 NON_REACT_SENTINEL = -3
 NON_REACT_SCORE = -0.3
@@ -132,7 +133,8 @@ class JudgeConfig:
   Attributes:
     model: the model name sent with each request.
     base_url: the API root, e.g. "http://127.0.0.1:8000/v1"; None uses OpenAI's.
-    api_key: the key; None reads $OPENAI_API_KEY, else "EMPTY" (local servers ignore it).
+    api_key: the key; None sends $OPENAI_API_KEY when set, else "EMPTY" (local servers ignore
+      it): `botjax.rewards.judges.resolve_api_key`.
     temperature, max_tokens: sampling settings of the judge.
     timeout_s, max_retries: per request.
     concurrency: requests in flight at once.
@@ -148,31 +150,25 @@ class JudgeConfig:
 
 
 class ChatClient:
-  """Thin wrapper of `openai.OpenAI` that returns the reply text of one chat request."""
+  """A judge's endpoint (`botjax.rewards.judges.OpenAIChat`, built from a JudgeConfig) plus a
+  pool of `concurrency` threads for `map`."""
 
   def __init__(self, config: JudgeConfig):
     if not config.model:
       raise ValueError("JudgeConfig.model must name the judge model")
     if config.concurrency < 1:
       raise ValueError(f"JudgeConfig.concurrency must be >= 1, got {config.concurrency}")
-    try:
-      import openai
-    except ImportError as e:
-      raise ImportError("the React judges need the openai client: pip install 'openai>=1.50'") from e
     self.config = config
-    self._client = openai.OpenAI(
-        base_url=config.base_url,
-        api_key=config.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-        timeout=config.timeout_s, max_retries=config.max_retries)
+    self.endpoint = OpenAIChat(config.model, base_url=config.base_url, api_key=config.api_key,
+                               timeout_s=config.timeout_s, max_retries=config.max_retries,
+                               temperature=config.temperature, max_tokens=config.max_tokens)
+    self.endpoint.client  # noqa: B018 - a missing openai package fails here, not mid-training
     self._pool = concurrent.futures.ThreadPoolExecutor(config.concurrency,
                                                        thread_name_prefix="botjax-judge")
 
   def chat(self, messages: list[dict[str, Any]]) -> str:
     """The text of the first choice of one chat completion."""
-    resp = self._client.chat.completions.create(
-        model=self.config.model, messages=messages, temperature=self.config.temperature,
-        max_tokens=self.config.max_tokens)
-    return resp.choices[0].message.content or ""
+    return self.endpoint.chat(messages)
 
   def map(self, fn, items: Sequence[Any]) -> list[Any]:
     """fn over items, `concurrency` at a time, in order."""
@@ -180,7 +176,7 @@ class ChatClient:
 
   def close(self) -> None:
     self._pool.shutdown(wait=True)
-    self._client.close()
+    self.endpoint.close()
 
 
 def image_part(png: bytes) -> dict[str, Any]:

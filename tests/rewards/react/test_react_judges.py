@@ -8,7 +8,7 @@ from PIL import Image
 from botjax import metrics
 from botjax.rewards.react import evaluate as ev
 from botjax.rewards.react import judges as J
-from _react_openai_server import OpenAIServer, images, texts
+from _openai_server import OpenAIServer, images, texts
 
 CODE = "import React from 'react';\nexport default function App() {\n  return <div>hi</div>;\n}"
 

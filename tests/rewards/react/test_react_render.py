@@ -12,7 +12,7 @@ from botjax.rewards.react import judges as J
 from botjax.rewards.react import render as R
 from botjax.rewards.react import toolchain as tc
 from botjax.rewards.react.reward import ReactReward, ReactRewardConfig
-from _react_openai_server import OpenAIServer, images, texts
+from _openai_server import OpenAIServer, images, texts
 
 GOOD = """import { Star } from 'lucide-react';
 

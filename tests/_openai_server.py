@@ -1,7 +1,10 @@
-"""A loopback HTTP server speaking the OpenAI chat-completions protocol, for judge tests.
+"""A loopback HTTP server speaking the OpenAI chat-completions protocol, for the judge tests.
 
-`responder(request_json) -> str | (status, body)` decides each reply; every request body is kept
-in `requests` so tests can check what the judge sent (text parts, image parts).
+`responder(request_json) -> str | (status, body)` decides each reply: a string is the assistant's
+message of a 200 reply; `(status, dict)` sends that JSON and `(status, bytes)` those raw bytes
+(e.g. a broken body). Every request is kept in `requests` ({"path", "body", "auth"}) so tests
+can check what the judge sent (text parts, image parts, the Authorization header), and
+`max_in_flight` is the most requests the server held at once.
 """
 import json
 import threading
@@ -13,6 +16,7 @@ class OpenAIServer:
   def __init__(self, responder):
     self.responder = responder
     self.requests = []
+    self.in_flight = self.max_in_flight = 0
     self._lock = threading.Lock()
     server = self
 
@@ -26,7 +30,13 @@ class OpenAIServer:
         with server._lock:
           server.requests.append({"path": self.path, "body": body,
                                   "auth": self.headers.get("Authorization")})
-        out = server.responder(body)
+          server.in_flight += 1
+          server.max_in_flight = max(server.max_in_flight, server.in_flight)
+        try:
+          out = server.responder(body)
+        finally:
+          with server._lock:
+            server.in_flight -= 1
         status, payload = (out if isinstance(out, tuple) else (200, None))
         if payload is None:
           payload = {"id": "chatcmpl-test", "object": "chat.completion", "created": 0,
@@ -34,14 +44,18 @@ class OpenAIServer:
                      "choices": [{"index": 0, "finish_reason": "stop",
                                   "message": {"role": "assistant", "content": out}}],
                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        data = json.dumps(payload).encode()
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+          self.wfile.write(data)
+        except BrokenPipeError:  # the client gave up (a timeout)
+          pass
 
     self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.httpd.daemon_threads = True
     self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
     self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
     self._thread.start()
