@@ -241,6 +241,14 @@ def _pyplot():
   return plt
 
 
+def _save(fig, path, *, dpi: int = 150):
+  """Lays out `fig`, writes it to `path` (.png, .pdf, .svg), closes it; returns `path`."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  _pyplot().close(fig)
+  return path
+
+
 def draw_metric(ax, runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str, *,
                 thresholds: Sequence[float] = (), band: str = "minmax", label: str = "") -> None:
   """Draws `key` against step on a matplotlib axes: a mean line per run, its seed band, a grey
@@ -286,10 +294,7 @@ def plot_metric(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str, path:
   draw_metric(ax, runs, key, thresholds=thresholds, band=band)
   if title:
     ax.set_title(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 def passk_keys(runs: Mapping[str, Sequence[Sequence[Mapping]]]) -> list[int]:
@@ -327,10 +332,7 @@ def plot_passk(runs: Mapping[str, Sequence[Sequence[Mapping]]], path: str, *,
     ax.set_ylim(-0.02, 1.02)
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 def _side_name(path: str) -> str:
@@ -438,10 +440,7 @@ def plot_runs(runs: Mapping[str, Sequence[Sequence[Mapping]]], path: str, *,
     draw_metric(ax, runs, key, thresholds=thresholds if i == 0 else (), band=band, label=label)
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+  return _save(fig, path, dpi=120)
 
 
 def plot_compile_rate(runs: Mapping[str, Sequence[tuple[int, float]]], path: str | os.PathLike, *,
@@ -471,10 +470,7 @@ def plot_compile_rate(runs: Mapping[str, Sequence[tuple[int, float]]], path: str
   ax.grid(alpha=0.3)
   if ax.get_legend_handles_labels()[0]:
     ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 def plot_win_rates(results: Mapping[str, Mapping[str, float]], path: str | os.PathLike, *,
@@ -514,10 +510,7 @@ def plot_win_rates(results: Mapping[str, Mapping[str, float]], path: str | os.Pa
   ax.set_ylabel("win rate (%)")
   ax.set_title(title)
   ax.legend(loc="upper right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 def plot_win_rate_curve(curves: Mapping[str, Sequence[tuple[int, float, float]]],
@@ -562,10 +555,7 @@ def plot_win_rate_curve(curves: Mapping[str, Sequence[tuple[int, float, float]]]
   ax.set_title(title)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=150)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 __all__ = [

@@ -29,21 +29,14 @@ GENERATOR_VERSION = 2          # part of the cache key: bump when `component` ch
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TinyReactSetup:
+class TinyReactSetup(arith.TinyModelSetup):
   """Tokenizer, tiny model and warm start of the React testbed (all part of the cache key)."""
   vocab_size: int = 1024
-  hidden_size: int = 96
-  num_layers: int = 3
-  num_heads: int = 4
-  num_kv_heads: int = 2
-  intermediate_size: int = 256
   examples_per_prompt: int = 6
   flaw_rate: float = 0.5            # fraction of warm-start components with one flaw
   warm_steps: int = 150
   warm_batch: int = 16
-  warm_lr: float = 3e-3
   test_fraction: float = 0.2
-  seed: int = 0
 
   def digest(self) -> str:
     return arith.setup_digest(self, generator=GENERATOR_VERSION)

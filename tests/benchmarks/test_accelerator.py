@@ -2,18 +2,15 @@
 import json
 import math
 import os
-import subprocess
-import sys
+
+from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmarks", "accelerator.py")
 
 
 def _run(*args, timeout=300):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)   # one CPU device, as on a laptop (not conftest's 8 fake ones)
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        env=env, timeout=timeout, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def test_tiny_run_prints_the_table_and_writes_json(tmp_path):

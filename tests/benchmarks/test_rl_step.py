@@ -7,20 +7,17 @@ installed.
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+
+from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmarks", "rl_step.py")
 
 
 def _run(*args, timeout=600):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)   # one CPU device, as a user runs it (not conftest's 8 fake ones)
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        env=env, timeout=timeout, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def _row(stdout, name):

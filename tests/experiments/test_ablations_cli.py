@@ -1,8 +1,8 @@
 """experiments/ablations.py as a user runs it: a tiny ablation end to end, reuse, errors."""
 import json
 import os
-import subprocess
-import sys
+
+from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "ablations.py")
@@ -12,10 +12,7 @@ TINY = ["--seeds=1", "--steps=2", "--eval_every=1", "--warm=warm_steps=5", "--wa
 
 
 def _run(*args, timeout=600):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        env=env, timeout=timeout, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def test_stack_ablation_writes_plot_and_table_and_reuses_finished_runs(tmp_path):

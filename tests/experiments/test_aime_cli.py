@@ -1,10 +1,10 @@
 """experiments/aime.py as a user runs it: subprocesses, exit codes, files written."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "aime.py")
@@ -15,10 +15,7 @@ TINY_WARM = ["--warm=warm_steps=20", "--warm=num_train=64", "--warm=num_eval=8"]
 
 
 def _run(*args, timeout=240):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
-  env.pop("XLA_FLAGS", None)   # the script must not need conftest's 8 fake devices
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        env=env, timeout=timeout, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def test_help_and_dry_run_plan_without_weights(tmp_path):

@@ -2,8 +2,6 @@
 experiments/plot.py that wires it."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +9,7 @@ from PIL import Image
 
 from botjax import plotting as plot
 from botjax.train.writer import MetricsWriter
+from _util import imported, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
@@ -54,10 +53,7 @@ def _check_png(path, min_w=400, min_h=250):
 
 
 def _cli(*args):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env,
-                        timeout=120, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=120, env={"MPLBACKEND": "Agg"})
 
 
 def test_run_name_strips_seed_suffix(tmp_path):
@@ -266,8 +262,4 @@ def test_plot_compile_rate_draws_the_runs(tmp_path):
 
 
 def test_plotting_imports_neither_matplotlib_nor_jax():
-  code = ("import sys, botjax.plotting\n"
-          "print([m for m in ('matplotlib', 'jax', 'flax') if m in sys.modules])")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       check=True, cwd=ROOT)
-  assert out.stdout.strip().splitlines()[-1] == "[]"
+  assert imported(["botjax", "botjax.plotting"], ["matplotlib", "jax", "flax"]) == []

@@ -1,8 +1,8 @@
 """experiments/quickstart.py as a user runs it (tiny settings): outputs, and reuse of finished runs."""
 import json
 import os
-import subprocess
-import sys
+
+from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "quickstart.py")
@@ -11,11 +11,8 @@ TINY = ["--steps=2", "--warm=warm_steps=5", "--warm=num_train=64", "--warm=num_e
         "--set=rollout.max_new_tokens=32", "--set=eval_every=1", "--set=progress=false"]
 
 
-def _run(*args):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env,
-                        timeout=600, cwd=ROOT)
+def _run(*args, timeout=600):
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def test_two_recipes_then_reuse_and_one_more(tmp_path):

@@ -6,15 +6,14 @@ with a score, and the pairwise judge (two images) with "A".
 """
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from _openai_server import OpenAIServer, images, texts
+from _util import run_script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "react.py")
-sys.path.insert(0, os.path.join(ROOT, "tests", "rewards", "react"))
-from _react_openai_server import OpenAIServer, images, texts  # noqa: E402
 
 # 80 warm-start steps: about half of the samples hold a component, so every reward part runs
 TINY = ["--model=tiny", "--warm=warm_steps=80", "--warm=examples_per_prompt=2",
@@ -22,10 +21,7 @@ TINY = ["--model=tiny", "--warm=warm_steps=80", "--warm=examples_per_prompt=2",
 
 
 def _run(*args, timeout=600):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
-  env.pop("XLA_FLAGS", None)   # the script must not need conftest's 8 fake devices
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        env=env, timeout=timeout, cwd=ROOT)
+  return run_script(SCRIPT, *args, timeout=timeout)
 
 
 def _reply(body):
