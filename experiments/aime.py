@@ -70,7 +70,12 @@ def train_config(tiny):
         optim=config_lib.OptimConfig(learning_rate=5e-7),
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=384,
                                          max_new_tokens=1024))
-  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+  from botjax import algorithms
+  # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
+  # so that BoT-GRPO with w_s = 0 is exactly GRPO; --set=recipe.grpo_ddof=1 for Bessel's.
+  overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
+  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every,
+                            recipe_overrides=tuple(overrides.items()))
   return config_lib.apply_overrides(cfg, FLAGS.set)
 
 
@@ -142,7 +147,8 @@ def build(cfg, tiny):
         r, data.MATH_TEMPLATE, thinking=thinking, model=FLAGS.model)
     correct_fn = lambda c, r: bool(is_correct(c, str(r["answer"])))  # noqa: E731
   from botjax import algorithms   # check the recipe against the reward before loading weights
-  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
+  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides),
+                                               max_new_tokens=cfg.rollout.max_new_tokens))
   if judge is None and recipe.granularity is not algorithms.Granularity.SEQUENCE:
     raise UserError(f"--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
                     f"--judge_model=NAME (any OpenAI-compatible server, e.g. vLLM or SGLang), or "

@@ -101,7 +101,12 @@ def train_config(tiny):
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=512,
                                          max_new_tokens=2048),
         reward=config_lib.RewardConfig(workers=8, timeout_s=300.0, kind="thread"))
-  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every)
+  from botjax import algorithms
+  # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
+  # so that BoT-GRPO with w_s = 0 is exactly GRPO; --set=recipe.grpo_ddof=1 for Bessel's.
+  overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
+  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every,
+                            recipe_overrides=tuple(overrides.items()))
   return config_lib.apply_overrides(cfg, FLAGS.set)
 
 
