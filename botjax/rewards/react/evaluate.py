@@ -38,32 +38,24 @@ def win_rate(outcomes: Sequence[float]) -> dict[str, float]:
           "wins": wins, "losses": losses, "ties": ties, "n": n}
 
 
+def _fraction(items: Sequence[ReactScore | bool], attribute: str) -> float:
+  """Fraction of N items that are true: a ReactScore's `attribute`, or a boolean as it is."""
+  return metrics.compile_rate([getattr(it, attribute) if isinstance(it, ReactScore) else bool(it)
+                               for it in items])
+
+
 def compile_rate(items: Sequence[ReactScore | bool]) -> float:
-  """Fraction of rollouts that transpile and render, a blank page included (BoT-GRPO, arXiv
-  2610.09804, §4.1 and App. C), by `botjax.metrics.compile_rate`.
-
-  Args:
-    items: N ReactScores (`compiles_and_renders` is read) or N booleans.
-
-  Raises:
-    ValueError: for an empty list.
-  """
-  ok = [it.compiles_and_renders if isinstance(it, ReactScore) else bool(it) for it in items]
-  return metrics.compile_rate(ok)
+  """Fraction of N rollouts (ReactScores or booleans) that transpile and render, a blank page
+  included (BoT-GRPO, arXiv 2610.09804, §4.1 and App. C), by `botjax.metrics.compile_rate`;
+  ValueError for an empty list."""
+  return _fraction(items, "compiles_and_renders")
 
 
 def visible_rate(items: Sequence[ReactScore | bool]) -> float:
-  """Fraction of rollouts that transpile and render something visible (not a blank page): the
-  stricter companion of `compile_rate`.
-
-  Args:
-    items: N ReactScores (`renders_visible` is read) or N booleans.
-
-  Raises:
-    ValueError: for an empty list.
-  """
-  ok = [it.renders_visible if isinstance(it, ReactScore) else bool(it) for it in items]
-  return metrics.compile_rate(ok)
+  """Fraction of N rollouts (ReactScores or booleans) that transpile and render something
+  visible (not a blank page): the stricter companion of `compile_rate`; ValueError for an empty
+  list."""
+  return _fraction(items, "renders_visible")
 
 
 def evaluate_compile_rate(reward: ReactReward, prompts: Sequence[str],

@@ -74,6 +74,18 @@ Request:
 {prompt}
 """
 
+# The end of both line-attributing VLM prompts: the reply format, the request and the code.
+_LINE_ANALYSIS_REPLY = """\
+LINE_ANALYSIS:
+<line number>: <the code on that line> | DESC: <what it breaks on screen> | IMPACT: <-1, -2 or -3>
+
+Request:
+{prompt}
+
+Code (each line starts with its 0-based number):
+{code}
+"""
+
 VLM_ONE_TURN_PROMPT = """\
 The image is a 1280x800 screenshot of a React + Tailwind CSS component that a model built for the
 request below; its code follows. Score the screenshot alone from 0 to 10 (does the page visibly
@@ -83,15 +95,7 @@ responsible for what looks wrong, with an impact of -1, -2 or -3, or write NONE.
 Reply in exactly this format:
 SCORE: <integer 0-10>
 JUSTIFICATION: <one or two sentences>
-LINE_ANALYSIS:
-<line number>: <the code on that line> | DESC: <what it breaks on screen> | IMPACT: <-1, -2 or -3>
-
-Request:
-{prompt}
-
-Code (each line starts with its 0-based number):
-{code}
-"""
+""" + _LINE_ANALYSIS_REPLY
 
 VLM_SECOND_TURN_PROMPT = """\
 You scored this screenshot {score}/10 for the request below, because: {justification}
@@ -99,15 +103,7 @@ Here is the code behind it. Do not score again. Name at most three lines respons
 looks wrong in the screenshot, with an impact of -1, -2 or -3, or write NONE.
 
 Reply in exactly this format:
-LINE_ANALYSIS:
-<line number>: <the code on that line> | DESC: <what it breaks on screen> | IMPACT: <-1, -2 or -3>
-
-Request:
-{prompt}
-
-Code (each line starts with its 0-based number):
-{code}
-"""
+""" + _LINE_ANALYSIS_REPLY
 
 PAIRWISE_PROMPT = """\
 Two single-file React apps styled with Tailwind CSS were built for the request below. The first
