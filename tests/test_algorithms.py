@@ -596,3 +596,25 @@ def test_grpo_stepmean_pools_the_step_mean_into_the_sequence_reward(mode):
   with pytest.raises(ValueError, match="step_rewards"):
     alg.compute_advantages(recipe, rewards=d["rewards"], mask=d["mask"], group_ids=GROUP_IDS,
                            num_groups=P)
+
+
+def test_the_trainer_builds_its_recipe_for_the_runs_budget():
+  # RLTrainer's recipe (train.loop.recipe_for_run) follows rollout.max_new_tokens (the penalty
+  # of a 1,024-token AIME run starts at 819 tokens, not at 16,384); given overrides still win.
+  from botjax.rewards.base import RewardSpec
+  from botjax.train import config as config_lib
+  from botjax.train.loop import recipe_for_run
+  plain = RewardSpec(frozenset({"sequence"}))
+  for budget in (1024, 2048):
+    cfg = config_lib.TrainConfig(recipe="dapo", workdir="unused",
+                                 rollout=config_lib.RolloutConfig(max_new_tokens=budget))
+    r = recipe_for_run(cfg, plain)
+    assert (r.overlong_max_length, r.overlong_cache_length) == (budget, round(budget / 5))
+  cfg = config_lib.TrainConfig(recipe="dapo", workdir="unused",
+                               recipe_overrides=(("overlong_max_length", 500),
+                                                 ("overlong_cache_length", 50)),
+                               rollout=config_lib.RolloutConfig(max_new_tokens=1024))
+  assert recipe_for_run(cfg, plain).overlong_cache_length == 50
+  cfg = config_lib.TrainConfig(recipe="dr_grpo", workdir="unused",
+                               rollout=config_lib.RolloutConfig(max_new_tokens=64))
+  assert recipe_for_run(cfg, plain).agg_norm == 64.0
