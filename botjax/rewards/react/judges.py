@@ -32,6 +32,15 @@ NON_REACT_SENTINEL = -3
 NON_REACT_SCORE = -0.3
 MAX_ATTRIBUTIONS = 3
 
+
+def _line_analysis_reply(desc: str) -> str:
+  """The end of every line-attributing judge prompt: the LINE_ANALYSIS reply format (`desc` says
+  what DESC holds), then the `{prompt}` and the numbered `{code}` placeholders."""
+  return ("LINE_ANALYSIS:\n"
+          f"<line number>: <the code on that line> | DESC: <{desc}> | IMPACT: <-1, -2 or -3>\n\n"
+          "Request:\n{prompt}\n\nCode (each line starts with its 0-based number):\n{code}\n")
+
+
 CODE_JUDGE_PROMPT = """\
 You review a single-file React + TypeScript component (styled with Tailwind CSS) that a model wrote
 for the request below. You only see the code; nobody has run it.
@@ -49,15 +58,7 @@ an impact of -1 (minor), -2 (serious) or -3 (breaks the component). Name none if
 
 Reply in exactly this format and nothing else:
 SCORE: <integer 0-10>
-LINE_ANALYSIS:
-<line number>: <the code on that line> | DESC: <what is wrong> | IMPACT: <-1, -2 or -3>
-
-Request:
-{prompt}
-
-Code (each line starts with its 0-based number):
-{code}
-"""
+""" + _line_analysis_reply("what is wrong")
 
 VLM_JUDGE_PROMPT = """\
 The image is a 1280x800 screenshot of a React + Tailwind CSS component that a model built for the
@@ -74,18 +75,6 @@ Request:
 {prompt}
 """
 
-# The end of both line-attributing VLM prompts: the reply format, the request and the code.
-_LINE_ANALYSIS_REPLY = """\
-LINE_ANALYSIS:
-<line number>: <the code on that line> | DESC: <what it breaks on screen> | IMPACT: <-1, -2 or -3>
-
-Request:
-{prompt}
-
-Code (each line starts with its 0-based number):
-{code}
-"""
-
 VLM_ONE_TURN_PROMPT = """\
 The image is a 1280x800 screenshot of a React + Tailwind CSS component that a model built for the
 request below; its code follows. Score the screenshot alone from 0 to 10 (does the page visibly
@@ -95,7 +84,7 @@ responsible for what looks wrong, with an impact of -1, -2 or -3, or write NONE.
 Reply in exactly this format:
 SCORE: <integer 0-10>
 JUSTIFICATION: <one or two sentences>
-""" + _LINE_ANALYSIS_REPLY
+""" + _line_analysis_reply("what it breaks on screen")
 
 VLM_SECOND_TURN_PROMPT = """\
 You scored this screenshot {score}/10 for the request below, because: {justification}
@@ -103,7 +92,7 @@ Here is the code behind it. Do not score again. Name at most three lines respons
 looks wrong in the screenshot, with an impact of -1, -2 or -3, or write NONE.
 
 Reply in exactly this format:
-""" + _LINE_ANALYSIS_REPLY
+""" + _line_analysis_reply("what it breaks on screen")
 
 PAIRWISE_PROMPT = """\
 Two single-file React apps styled with Tailwind CSS were built for the request below. The first
