@@ -315,21 +315,20 @@ class _Parser:
     where = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
     raise ValueError(f"expected {what} at position {where} in {self.text!r}")
 
-  def expr(self):
-    value = self.term()
-    while self._peek() in ("+", "-"):
+  def _chain(self, ops, operand):
+    """operand ((one of ops) operand)*, evaluated left to right."""
+    value = operand()
+    while self._peek() in ops:
       op = self._peek()
       self.i += 1
-      value = apply_op(value, op, self.term())
+      value = apply_op(value, op, operand())
     return value
 
+  def expr(self):
+    return self._chain(("+", "-"), self.term)
+
   def term(self):
-    value = self.unary()
-    while self._peek() in ("*", "/"):
-      op = self._peek()
-      self.i += 1
-      value = apply_op(value, op, self.unary())
-    return value
+    return self._chain(("*", "/"), self.unary)
 
   def unary(self):
     if self._peek() == "-":
