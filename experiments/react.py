@@ -4,26 +4,43 @@ r"""React code generation with BoT-GRPO (GitHub issue 7): the paper's first expe
   python experiments/react.py --model=qwen2.5-3b --mesh=fsdp:8 --dry_run     # plan, no weights
   python experiments/react.py --model=tiny --steps=2                         # CPU, end to end
   python experiments/react.py --eval_only --workdir=runs/react               # compile rate
-  python experiments/react.py --compare=runs/react,runs/react-grpo --vlm_judge=URL --vlm_judge_model=V
+  python experiments/react.py --compare=runs/react,runs/react-grpo \
+      --pairwise_judge=URL --pairwise_judge_model=P --workdir=runs/compare   # win rate
+  python experiments/react.py --compare=runs/react,runs/react-grpo --compare_checkpoints \
+      --pairwise_judge=URL --pairwise_judge_model=P --workdir=runs/curve     # win rate vs step
 
-Defaults follow the paper: BoT-GRPO, 8 prompts x 8 rollouts per step, global reward = compile /
-render failure + ESLint score + LLM code judge (+ the VLM screenshot judge with --vlm_judge),
-line-level local penalties (compiler, ESLint, judge lines) spread over tokens with
-φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id (--prompts for your own).
+Defaults follow the paper (BoT-GRPO, arXiv 2610.09804, §4): BoT-GRPO, 8 prompts x 8 rollouts per
+step, global reward = compile / render failure + ESLint score + LLM code judge (+ the VLM
+screenshot judge with --vlm_judge), line-level local penalties (compiler, ESLint, judge lines)
+spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id
+(--prompts for your own). A blank page is not a render failure (--blank_is_failure makes it one).
+Step-level recipes (--algo=pure, verigate, process_grpo) read the same penalties per
+blank-line-separated block of the completion (`botjax.rewards.react.penalties.step_spans_of`).
 Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
 Chromium in sandboxed workers (`botjax.rewards.react`), never in this process.
 
 Outputs in --workdir: checkpoints/, metrics.jsonl (reward components as reward/compile,
-reward/render, reward/lint, reward/judge, reward/vlm), eval.json (compile rate on held-out
-prompts every --eval_every steps) with compile_rate.png, and hf_final/ (the trained policy as a
-Hugging Face checkpoint, for --compare). --compare=A,B renders one rollout per held-out prompt
-for each side (a workdir's hf_final/ or any HF checkpoint dir) and writes the ABBA pairwise VLM
-win rate of A over B (ties 0.5) to compare.json and compare.png.
+reward/render, reward/lint, reward/judge, reward/vlm), eval.json every --eval_every steps with
+compile_rate.png (compile rate on held-out prompts: transpiles and renders, a blank page counted,
+as in the paper; visible_rate: renders something visible), judges.json (the training judges), and
+hf_final/ (the trained policy as a Hugging Face checkpoint, for --compare).
+
+--compare=A,B renders one rollout per held-out prompt for each side (a workdir's hf_final/ or any
+HF checkpoint dir) and writes the ABBA pairwise VLM win rate of A over B (ties 0.5) to
+compare.json and compare.png. The pairwise judge must be given (--pairwise_judge,
+--pairwise_judge_model) and differ from the training judges (same URL and model as --judge,
+--vlm_judge or a compared run's judges.json is refused without --allow_same_judge): the paper
+evaluates with another model to avoid judge circularity. --compare_checkpoints compares every
+checkpoint run A saved (and its starting policy, step 0) with B: winrate_curve.json and .png, the
+win rate and tie rate against step (the paper's Figure 2); keep more checkpoints while training
+with --set=checkpoint_every=N --set=keep_checkpoints=M.
 
 `--model=tiny` builds (or reuses) a tiny model warm-started on template components
 (`botjax.testbeds.react_tiny`; shrink it with --warm); its samples seldom make good apps, but every
 reward component, the sandbox and the line -> token mapping run for real. Errors a user can fix
-(missing weights, toolchain, unreachable judge, bad flags) exit 2 with what to do.
+(missing weights, toolchain, unreachable judge, bad flags) exit 2 with what to do, and are checked
+before any expensive work (the warm start, loading weights). $BOTJAX_REACT_TOOLCHAIN points at
+another copy of the Node toolchain directory.
 """
 
 import dataclasses
@@ -45,7 +62,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
 flags.DEFINE_string("algo", "bot_grpo", "Recipe of botjax.algorithms.RECIPES.")
 flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
-flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's repo in the HF cache).")
+flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's Hub repo, from "
+                    "the HF cache or downloaded into it; --offline: cache only).")
 flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
                     "dataset name `datasets` opens offline (default: the built-in set).")
 flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
@@ -67,19 +85,24 @@ flags.DEFINE_integer("eval_every", 10, "Compile-rate evaluation every N steps (0
 flags.DEFINE_integer("eval_n", 4, "Rollouts per held-out prompt for the compile rate.")
 flags.DEFINE_integer("eval_limit", 0, "Use only the first N held-out prompts (0: all).")
 flags.DEFINE_list("compare", [], "A,B: ABBA pairwise VLM win rate of A over B (workdirs or HF dirs).")
-flags.DEFINE_string("pairwise_judge", "", "Base URL of the pairwise VLM judge (default: --vlm_judge).")
-flags.DEFINE_string("pairwise_judge_model", "", "Model of the pairwise judge (default: --vlm_judge_model).")
+flags.DEFINE_string("pairwise_judge", "", "Base URL of the pairwise VLM judge of --compare (required "
+                    "there; a different model from the training judges, as in the paper).")
+flags.DEFINE_string("pairwise_judge_model", "", "Model name of the pairwise judge (required with "
+                    "--compare).")
+flags.DEFINE_bool("allow_same_judge", False, "Let --compare's pairwise judge be a training judge "
+                  "(same URL and model as --judge/--vlm_judge or a compared run's judges); the "
+                  "paper uses a different model to avoid judge circularity.")
+flags.DEFINE_bool("compare_checkpoints", False, "With --compare=RUN,BASELINE: the win rate of every "
+                  "checkpoint RUN saved (its checkpoints/, see --set=keep_checkpoints=N) and of its "
+                  "starting policy against BASELINE, as a curve against step (winrate_curve.json "
+                  "and .png).")
+flags.DEFINE_bool("blank_is_failure", False, "Count a blank page (renders, nothing visible) as a "
+                  "render failure in the reward (default: not, as in the paper). The compile rate "
+                  "counts blank pages either way; eval.json also reports the visible rate.")
 flags.DEFINE_float("compare_temperature", 0.0, "Sampling temperature of --compare rollouts (0: greedy).")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
 _cli.define_distributed_flags()
-
-
-
-# The React reward already combines its parts (eq. 6: r_global + w_ℓ·Σ p_ℓ φ): BoT-GRPO must not
-# weigh the global and local parts again (its defaults w_global 3, w_local 0.5 are eq. 8's, AIME).
-WEIGHTS = (("w_global", 1.0), ("w_local", 1.0))
-
-
+_cli.define_offline_flag()
 
 
 def train_config(tiny):
@@ -88,7 +111,7 @@ def train_config(tiny):
   if tiny:
     cfg = config_lib.TrainConfig(
         recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir,
-        recipe_overrides=(("kl_coef", 0.0),) + WEIGHTS,
+        recipe_overrides=(("kl_coef", 0.0),),
         optim=config_lib.OptimConfig(learning_rate=1e-4, warmup_steps=2),
         rollout=config_lib.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=192,
                                          max_new_tokens=192, temperature=1.0),
@@ -96,7 +119,7 @@ def train_config(tiny):
         checkpoint_every=10, tensorboard=False)
   else:
     cfg = config_lib.TrainConfig(
-        recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir, recipe_overrides=WEIGHTS,
+        recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir,
         optim=config_lib.OptimConfig(learning_rate=5e-7),
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=512,
                                          max_new_tokens=2048),
@@ -123,12 +146,64 @@ def check_reachable(url: str, what: str) -> None:
                     "(e.g. `vllm serve MODEL --port 8000`) or drop the flag") from None
 
 
+def _endpoint(url: str) -> tuple[str, str, int, str]:
+  """(scheme, host, port, path) of an endpoint URL, normalised so that spellings of the same
+  endpoint compare equal (case of scheme and host, default port, trailing slash)."""
+  parts = urllib.parse.urlparse(url.strip())
+  scheme = parts.scheme.lower()
+  host = (parts.hostname or "").lower()
+  host = "127.0.0.1" if host in ("localhost", "::1", "0.0.0.0") else host
+  port = parts.port or (443 if scheme == "https" else 80)
+  return scheme, host, port, parts.path.rstrip("/")
+
+
+def check_pairwise_judge(training_judges) -> None:
+  """Refuses a missing pairwise judge, or one identical to a training judge.
+
+  The paper evaluates with a different model from the training judges to avoid judge circularity
+  (BoT-GRPO, arXiv 2610.09804, §4.1): a policy trained against a judge learns that judge's taste.
+
+  Args:
+    training_judges: (what, url, model) of each training judge known here: the flags --judge and
+      --vlm_judge, and the judges saved in the compared runs' config.json.
+  """
+  if not FLAGS.pairwise_judge or not FLAGS.pairwise_judge_model:
+    raise UserError("--compare needs its own pairwise VLM judge: pass --pairwise_judge=URL and "
+                    "--pairwise_judge_model=NAME (a different model from the training judges, as "
+                    "in the paper)")
+  pair = (_endpoint(FLAGS.pairwise_judge), FLAGS.pairwise_judge_model.strip())
+  for what, url, model in training_judges:
+    if url and model and (_endpoint(url), model.strip()) == pair and not FLAGS.allow_same_judge:
+      raise UserError(
+          f"the pairwise judge ({FLAGS.pairwise_judge}, model {FLAGS.pairwise_judge_model!r}) is "
+          f"the training judge {what} ({url}, model {model!r}); the paper evaluates with a "
+          "different model to avoid judge circularity. Pass another --pairwise_judge / "
+          "--pairwise_judge_model, or --allow_same_judge to compare with it anyway")
+
+
+def check_prerequisites(*, judges: bool = True) -> None:
+  """Everything a run needs that the user must provide, checked before any expensive work (the
+  tiny warm start, loading weights): the React toolchain (Node packages, Chromium, Playwright)
+  and, with `judges`, that the judge endpoints answer."""
+  from botjax.rewards import react
+  try:
+    react.check_toolchain(render=True)
+  except react.ToolchainError as e:
+    raise UserError(f"{e}\nInstall it with `bash scripts/setup.sh test` (Node packages pinned in "
+                    "botjax/rewards/react/node, Debian's chromium).") from None
+  for what in ("judge", "vlm_judge") if judges else ():
+    if FLAGS[what].value:
+      check_reachable(FLAGS[what].value, what)
+
+
 class RequestPrompts:
   """RewardFn adapter: gives the React reward the user's request (metadata["prompt"]) rather
-  than the chat-templated prompt text, which the judges should not see."""
+  than the chat-templated prompt text, which the judges should not see. Its spec is the
+  reward's."""
 
   def __init__(self, reward):
     self.reward = reward
+    self.spec = reward.spec
     self.__name__ = "react"
 
   def __call__(self, prompts, completions, metadata):
@@ -137,13 +212,8 @@ class RequestPrompts:
 
 
 def make_reward(*, judges: bool = True):
-  """The ReactReward of the flags (toolchain checked first)."""
+  """The ReactReward of the flags (`check_prerequisites` has checked the toolchain)."""
   from botjax.rewards import react
-  try:
-    react.check_toolchain(render=True)
-  except react.ToolchainError as e:
-    raise UserError(f"{e}\nInstall it with `bash scripts/setup.sh test` (Node packages pinned in "
-                    "botjax/rewards/react/node, Debian's chromium).") from None
   code_judge = vlm_judge = None
   if judges and FLAGS.judge:   # run() and compare() checked that the URLs are reachable
     code_judge = react.CodeJudge(react.JudgeConfig(model=FLAGS.judge_model, base_url=FLAGS.judge))
@@ -151,7 +221,8 @@ def make_reward(*, judges: bool = True):
     vlm_judge = react.VLMJudge(react.JudgeConfig(model=FLAGS.vlm_judge_model,
                                                  base_url=FLAGS.vlm_judge), mode=FLAGS.vlm_mode)
   cfg = _user(lambda: react.ReactRewardConfig(vlm_line_weight=FLAGS.vlm_line_weight,
-                                              typecheck=FLAGS.typecheck))
+                                              typecheck=FLAGS.typecheck,
+                                              blank_is_failure=FLAGS.blank_is_failure))
   return react.ReactReward(cfg, code_judge=code_judge, vlm_judge=vlm_judge)
 
 
@@ -175,7 +246,8 @@ def load_policy(tiny):
     print(f"[react] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} "
           f"in {prepared.seconds:.0f} s)", flush=True)
     return prepared.checkpoint, prepared.train, prepared.eval, None
-  ckpt = _cli.local_checkpoint(FLAGS.checkpoint, FLAGS.model, react_repo(FLAGS.model))
+  ckpt = _cli.checkpoint_dir(FLAGS.checkpoint, FLAGS.model, react_repo(FLAGS.model),
+                             offline=FLAGS.offline)
   prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
   train, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
   return ckpt, [p.to_record() for p in train], [p.to_record() for p in test], make_mesh(FLAGS.mesh)
@@ -191,7 +263,9 @@ def rollouts(sampler, tokenizer, records, key, n, params=None):
 
 
 def make_eval_fn(reward, records, path):
-  """`(trainer, step) -> metrics`: compile rate of eval_n rollouts per held-out prompt."""
+  """`(trainer, step) -> metrics`: compile rate (transpiles and renders, a blank page included, as
+  in the paper) and visible rate (renders something visible) of eval_n rollouts per held-out
+  prompt."""
   import jax
   from botjax.rewards import react
   history = json.load(open(path))["history"] if os.path.exists(path) else []
@@ -204,18 +278,22 @@ def make_eval_fn(reward, records, path):
     res = react.evaluate_compile_rate(reward, requests, texts)
     reasons = {}
     for item in res["items"]:
-      if item["reason"]:
+      if not item["ok"]:
         kind = item["reason"].split(":")[0]
         reasons[kind] = reasons.get(kind, 0) + 1
-    out = {"compile_rate": res["compile_rate"], "n": res["n"], "failures": reasons,
-           "seconds": time.perf_counter() - t0}
+    blank = sum(1 for item in res["items"] if item["ok"] and not item["visible"])
+    out = {"compile_rate": res["compile_rate"], "visible_rate": res["visible_rate"], "n": res["n"],
+           "failures": reasons, "blank": blank, "seconds": time.perf_counter() - t0}
     history.append({"step": step, **out})
     react.save_json({"latest": history[-1], "history": history}, path)
-    react.plot_compile_rate({FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]},
-                            os.path.join(os.path.dirname(path), "compile_rate.png"))
-    print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} of {out['n']} "
-          f"rollouts; failures {reasons}", flush=True)
-    return {"compile_rate": out["compile_rate"]}
+    curves = {FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]}
+    if all("visible_rate" in h for h in history):
+      curves[f"{FLAGS.algo} (visible)"] = [(h["step"], h["visible_rate"]) for h in history]
+    react.plot_compile_rate(curves, os.path.join(os.path.dirname(path), "compile_rate.png"))
+    print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} (visible "
+          f"{out['visible_rate']:.3f}, {blank} blank) of {out['n']} rollouts; failures {reasons}",
+          flush=True)
+    return {"compile_rate": out["compile_rate"], "visible_rate": out["visible_rate"]}
   return fn
 
 
@@ -238,47 +316,136 @@ def resolve_side(path):
                   "of training) nor a Hugging Face checkpoint dir (config.json + *.safetensors)")
 
 
-def compare():
-  """ABBA pairwise VLM win rate of --compare A over B on the held-out prompts."""
-  import jax
-  from botjax import models
+JUDGES_FILE = "judges.json"   # the training judges of a run, for --compare's circularity check
+
+
+def save_judges(workdir):
+  """Writes the training judges of this run (URL and model of each one used) to the workdir."""
   from botjax.rewards import react
+  judges = {what: {"url": FLAGS[what].value, "model": FLAGS[f"{what}_model"].value}
+            for what in ("judge", "vlm_judge") if FLAGS[what].value}
+  react.save_json(judges, os.path.join(workdir, JUDGES_FILE))
+
+
+def training_judges(paths):
+  """(what, url, model) of every training judge known: the flags, and each compared run's."""
+  out = [(f"--{what}", FLAGS[what].value, FLAGS[f"{what}_model"].value)
+         for what in ("judge", "vlm_judge")]
+  for path in paths:
+    saved = os.path.join(path, JUDGES_FILE)
+    if os.path.exists(saved):
+      with open(saved) as f:
+        out += [(f"{what} of {path}", j.get("url"), j.get("model")) for what, j in json.load(f).items()]
+  return out
+
+
+def run_checkpoints(path):
+  """(starting HF checkpoint dir, sorted saved steps) of a training workdir, for the curve."""
+  saved = os.path.join(path, "config.json")
+  root = os.path.join(path, "checkpoints")
+  if not os.path.exists(saved) or not os.path.isdir(root):
+    raise UserError(f"--compare_checkpoints needs a training workdir (config.json and "
+                    f"checkpoints/) as the first --compare side, got {path!r}")
+  with open(saved) as f:
+    base = json.load(f).get("checkpoint")
+  if not base or not os.path.exists(os.path.join(base, "config.json")):
+    raise UserError(f"the starting checkpoint of {path} ({base!r}, from its config.json) is gone; "
+                    "--compare_checkpoints restores the run's parameters into it")
+  steps = sorted(int(d) for d in os.listdir(root)
+                 if d.isdigit() and os.path.isdir(os.path.join(root, d, "state")))
+  return base, steps
+
+
+def restore_params(path, step, params):
+  """The policy parameters of `<path>/checkpoints/<step>` (an Orbax TrainState), read alone (no
+  optimizer state) onto the structure, dtypes and shardings of `params` (an nnx.State)."""
+  import jax
+  import orbax.checkpoint as ocp
+  target = {"params": jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)}
+  args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=x.sharding), target)
+  with ocp.PyTreeCheckpointer() as ckptr:
+    out = ckptr.restore(os.path.join(path, "checkpoints", str(step), "state"),
+                        args=ocp.args.PyTreeRestore(item=target, restore_args=args,
+                                                    partial_restore=True))
+  return out["params"]
+
+
+def screenshots(reward, checkpoint, test, params_list=((None, None),)):
+  """Renders one rollout per held-out prompt of `checkpoint`'s policy, for each (label, params)
+  of `params_list` (None: the checkpoint's own weights): yields (label, screenshots)."""
+  import jax
+  from flax import nnx
+  from botjax import models
   from botjax.sampling import Sampler, SamplingConfig
+  model, tok = models.load_pretrained(checkpoint), models.load_tokenizer(checkpoint)
+  eos = model.config.eos_token_id
+  sc = SamplingConfig(max_new_tokens=_max_new_tokens(), temperature=FLAGS.compare_temperature,
+                      eos_token_ids=tuple(eos) if isinstance(eos, (list, tuple)) else (eos,),
+                      pad_token_id=tok.pad_token_id or 0)
+  sampler = Sampler(model, model.config, sc)
+  _, params, rest = nnx.split(model, nnx.Param, ...)
+  requests = [p.prompt for p in test]
+  for label, restore in params_list:
+    state = None
+    if restore is not None:
+      restored = restore(params)
+      state = restored if len(jax.tree.leaves(rest)) == 0 else nnx.merge_state(restored, rest)
+    texts = rollouts(sampler, tok, [p.to_record() for p in test], jax.random.PRNGKey(0), 1,
+                     params=state)
+    shots = [s.screenshot for s in reward.score(requests, texts)]
+    print(f"[react] {checkpoint if label is None else label}: "
+          f"{sum(x is not None for x in shots)}/{len(test)} rendered", flush=True)
+    yield label, shots
+
+
+def compare():
+  """ABBA pairwise VLM win rate of --compare A over B on the held-out prompts; with
+  --compare_checkpoints, of each saved checkpoint of run A over B (a curve against step)."""
+  from botjax.rewards import react
   if len(FLAGS.compare) != 2:
     raise UserError(f"--compare needs two comma-separated paths A,B, got {FLAGS.compare}")
-  url = FLAGS.pairwise_judge or FLAGS.vlm_judge
-  if not url:
-    raise UserError("--compare needs a VLM: pass --pairwise_judge=URL (or --vlm_judge=URL) and "
-                    "its model name")
-  check_reachable(url, "pairwise_judge" if FLAGS.pairwise_judge else "vlm_judge")
-  sides = [resolve_side(p) for p in FLAGS.compare]
+  check_pairwise_judge(training_judges(FLAGS.compare))
+  check_reachable(FLAGS.pairwise_judge, "pairwise_judge")
+  check_prerequisites(judges=False)
+  if FLAGS.compare_checkpoints:
+    base, steps = run_checkpoints(FLAGS.compare[0])
+  else:
+    side_a = resolve_side(FLAGS.compare[0])
+  side_b = resolve_side(FLAGS.compare[1])
   prompts = _user(lambda: react.load_prompts(FLAGS.prompts or None))
   _, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
   test = test[:FLAGS.eval_limit] if FLAGS.eval_limit else test
   requests = [p.prompt for p in test]
-  reward = make_reward(judges=False)
-  shots = []
-  try:
-    for side in sides:
-      model, tok = models.load_pretrained(side), models.load_tokenizer(side)
-      eos = model.config.eos_token_id
-      sc = SamplingConfig(max_new_tokens=_max_new_tokens(), temperature=FLAGS.compare_temperature,
-                          eos_token_ids=tuple(eos) if isinstance(eos, (list, tuple)) else (eos,),
-                          pad_token_id=tok.pad_token_id or 0)
-      texts = rollouts(Sampler(model, model.config, sc), tok, [p.to_record() for p in test],
-                       jax.random.PRNGKey(0), 1)
-      scores = reward.score(requests, texts)
-      shots.append([s.screenshot for s in scores])
-      print(f"[react] {side}: {sum(s is not None for s in shots[-1])}/{len(test)} rendered",
-            flush=True)
-  finally:
-    reward.close()
-  judge = react.PairwiseJudge(react.JudgeConfig(
-      model=FLAGS.pairwise_judge_model or FLAGS.vlm_judge_model, base_url=url))
-  result = react.pairwise_win_rate(judge, requests, shots[0], shots[1])
-  result.update(a=FLAGS.compare[0], b=FLAGS.compare[1], prompts=[p.id for p in test])
+  judge = react.PairwiseJudge(react.JudgeConfig(model=FLAGS.pairwise_judge_model,
+                                                base_url=FLAGS.pairwise_judge))
   out_dir = FLAGS.workdir
   os.makedirs(out_dir, exist_ok=True)
+  reward = make_reward(judges=False)
+  try:
+    [(_, shots_b)] = list(screenshots(reward, side_b, test))
+    if FLAGS.compare_checkpoints:
+      run = FLAGS.compare[0]
+      plan = [(0, None)] + [(s, lambda p, s=s: restore_params(run, s, p)) for s in steps if s]
+      points = []
+      for step, shots_a in screenshots(reward, base, test, plan):
+        result = react.pairwise_win_rate(judge, requests, shots_a, shots_b)
+        points.append({"step": step, **result})
+        print(f"[react] step {step}: win rate {result['win_rate']:.3f} (ties "
+              f"{result['tie_rate']:.3f}) over {FLAGS.compare[1]}", flush=True)
+      curve = {"run": run, "baseline": FLAGS.compare[1], "prompts": [p.id for p in test],
+               "pairwise_judge_model": FLAGS.pairwise_judge_model, "points": points}
+      react.save_json(curve, os.path.join(out_dir, "winrate_curve.json"))
+      _plot_curve(points, os.path.join(out_dir, "winrate_curve.png"))
+      print(f"[react] wrote {os.path.join(out_dir, 'winrate_curve.json')} ({len(points)} "
+            "checkpoints)", flush=True)
+      return
+    [(_, shots_a)] = list(screenshots(reward, side_a, test))
+  finally:
+    reward.close()
+  result = react.pairwise_win_rate(judge, requests, shots_a, shots_b)
+  result.update(a=FLAGS.compare[0], b=FLAGS.compare[1], prompts=[p.id for p in test],
+                pairwise_judge_model=FLAGS.pairwise_judge_model)
   react.save_json(result, os.path.join(out_dir, "compare.json"))
   label = f"{os.path.basename(os.path.normpath(FLAGS.compare[0]))} vs " \
           f"{os.path.basename(os.path.normpath(FLAGS.compare[1]))}"
@@ -288,9 +455,37 @@ def compare():
         f"{os.path.join(out_dir, 'compare.json')}", flush=True)
 
 
+def _plot_curve(points, path):
+  """Win rate (ties 0.5) and tie rate against step, as the paper's Figure 2."""
+  from botjax import plotting
+  run = os.path.basename(os.path.normpath(FLAGS.compare[0]))
+  baseline = os.path.basename(os.path.normpath(FLAGS.compare[1]))
+  plotting.plot_win_rate_curve({run: [(p["step"], p["win_rate"], p["tie_rate"]) for p in points]},
+                               path, title=f"Pairwise win rate against {baseline}")
+
+
 def _max_new_tokens():
   return train_config(FLAGS.model == "tiny").rollout.max_new_tokens
 
+
+
+def run_recipe(cfg):
+  """The recipe the trainer runs: --algo adapted to the React reward's spec (eq. 6 already weighs
+  the global and line terms, so BoT-GRPO reads them with w_global = w_local = 1)."""
+  from botjax.rewards.react import ReactReward
+  from botjax.train.loop import recipe_for_run
+  return recipe_for_run(cfg, ReactReward.spec)
+
+
+def make_trainer(cfg, *, model, tokenizer, train, reward, mesh=None, eval_fn=None,
+                 run_config=None):
+  """The RLTrainer of a run: the React reward given the user's requests, chat-templated prompts."""
+  from botjax.rewards import react
+  from botjax.train.loop import ListPrompts, RLTrainer
+  return RLTrainer(cfg, model=model, tokenizer=tokenizer, prompts=ListPrompts(train, seed=cfg.seed),
+                   reward_fn=RequestPrompts(reward),
+                   prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
+                   eval_fn=eval_fn, run_config=run_config)
 
 
 def run():
@@ -306,19 +501,16 @@ def run():
       "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
       "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
   print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
+  recipe = _user(lambda: run_recipe(cfg))
+  print(f"[react] recipe {recipe.name}: w_global={recipe.w_global:g}, w_local={recipe.w_local:g} "
+        f"(the React reward's own weights, eq. 6)", flush=True)
   if FLAGS.dry_run:
     print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg))
     return
   if not FLAGS.eval_only:
     _cli.refuse_rerun(cfg.workdir, FLAGS.resume)
-  from botjax import algorithms
-  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides)))
-  if recipe.granularity is algorithms.Granularity.STEP:
-    raise UserError(f"--algo={cfg.recipe} needs step rewards; the React reward gives line-level "
-                    "token rewards: use bot_grpo (token) or a sequence-level recipe such as grpo")
-  for what in ("judge", "vlm_judge"):      # before any weights are loaded
-    if FLAGS[what].value:
-      check_reachable(FLAGS[what].value, what)
+  # before the warm start or the weights: toolchain, browser, judge endpoints
+  check_prerequisites(judges=not FLAGS.eval_only)
   ckpt, train, held_out, mesh = load_policy(tiny)
   held_out = held_out[:FLAGS.eval_limit] if FLAGS.eval_limit else held_out
   if not train or not held_out:
@@ -329,24 +521,24 @@ def run():
   # evaluation measures the compile rate only: no judges, the same Node workers and browser
   eval_reward = (react.ReactReward(reward.config, pool=reward.pool, renderer=reward.renderer)
                  if (reward.code_judge or reward.vlm_judge) else reward)
-  from botjax.train.loop import ListPrompts, RLTrainer
   tok = models.load_tokenizer(ckpt)
   run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "checkpoint": ckpt,
                 "reward": {f: FLAGS[f].value for f in ("judge_model", "vlm_judge_model", "vlm_mode",
-                                                        "vlm_line_weight", "typecheck")}}
+                                                        "vlm_line_weight", "typecheck",
+                                                        "blank_is_failure")}}
   saved = os.path.join(cfg.workdir, "config.json")
   if FLAGS.eval_only and os.path.exists(saved):   # the judges do not take part in evaluation
     with open(saved) as f:
       run_config["reward"] = json.load(f).get("reward", run_config["reward"])
   trainer = None
   try:
-    trainer = _user(lambda: RLTrainer(
-        cfg, model=models.load_pretrained(ckpt, mesh=mesh), tokenizer=tok,
-        prompts=ListPrompts(train, seed=cfg.seed), reward_fn=RequestPrompts(reward),
-        prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
+    trainer = _user(lambda: make_trainer(
+        cfg, model=models.load_pretrained(ckpt, mesh=mesh), tokenizer=tok, train=train,
+        reward=reward, mesh=mesh,
         eval_fn=make_eval_fn(eval_reward, held_out, os.path.join(cfg.workdir, "eval.json")),
-        run_config=run_config, reward_provides=("token",)))
+        run_config=run_config))
     if not FLAGS.eval_only:
+      save_judges(cfg.workdir)
       trainer.run()
       export(trainer, tok, cfg.workdir)
     if FLAGS.eval_only or not cfg.eval_every:

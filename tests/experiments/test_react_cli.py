@@ -2,10 +2,15 @@
 
 The judges are a real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions protocol: it
 answers the code judge (text only) with a score and a line attribution, the VLM judge (one image)
-with a score, and the pairwise judge (two images) with "A".
+with a score, and the pairwise judge (two images) with the letter of the screenshot whose bytes
+hash higher ("A" for identical screenshots), a fixed preference the tests can recompute.
 """
+import glob
+import hashlib
 import json
 import os
+import shutil
+import time
 
 import pytest
 
@@ -14,20 +19,27 @@ from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "react.py")
+NODE_DIR = os.path.join(ROOT, "botjax", "rewards", "react", "node")
 
 # 80 warm-start steps: about half of the samples hold a component, so every reward part runs
 TINY = ["--model=tiny", "--warm=warm_steps=80", "--warm=examples_per_prompt=2",
         "--set=progress=false", "--eval_n=2", "--eval_limit=2"]
 
 
-def _run(*args, timeout=600):
-  return run_script(SCRIPT, *args, timeout=timeout)
+def _run(*args, timeout=600, env=None):
+  return run_script(SCRIPT, *args, timeout=timeout, env=env)
+
+
+def _preferred(first, second):
+  """The pairwise judge's rule: the image whose data URL hashes higher; "A" on a tie."""
+  h = lambda url: hashlib.sha256(url.encode()).hexdigest()  # noqa: E731
+  return "B" if h(second) > h(first) else "A"
 
 
 def _reply(body):
   shots = images(body)
   if len(shots) == 2:
-    return "A"
+    return _preferred(*shots)
   if len(shots) == 1:
     return "SCORE: 7\nJUSTIFICATION: a plain page."
   return "SCORE: 6\nLINE_ANALYSIS:\n1: line | DESC: needless blank line | IMPACT: -2"
@@ -40,11 +52,24 @@ def server():
   srv.close()
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, server):
+  """One tiny BoT-GRPO run with both training judges, a checkpoint every step (kept)."""
+  work = str(tmp_path_factory.mktemp("react") / "run")
+  r = _run(*TINY, "--steps=2", "--eval_every=2", "--set=checkpoint_every=1",
+           "--set=keep_checkpoints=5", f"--workdir={work}",
+           f"--judge={server.url}", "--judge_model=code-judge",
+           f"--vlm_judge={server.url}", "--vlm_judge_model=vlm-judge")
+  assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+  return work
+
+
 def test_help_and_dry_run_plan(tmp_path):
   h = _run("--help", timeout=120)
   assert h.returncode == 0, h.stderr
   for flag in ("algo", "mesh", "checkpoint", "judge", "vlm_judge", "steps", "workdir", "resume",
-               "dry_run", "set", "eval_only", "compare"):
+               "dry_run", "set", "eval_only", "compare", "pairwise_judge", "pairwise_judge_model",
+               "allow_same_judge", "compare_checkpoints", "blank_is_failure"):
     assert f"{flag}:" in h.stdout
   r = _run("--model=qwen2.5-3b", "--mesh=fsdp:8", "--dry_run", f"--workdir={tmp_path}",
            timeout=180)
@@ -52,14 +77,23 @@ def test_help_and_dry_run_plan(tmp_path):
   assert "3,085.9 M" in r.stdout and "8 devices" in r.stdout
   # the paper's recipe: 8 prompts x 8 rollouts, BoT-GRPO with the React reward's own weights
   assert '"prompts_per_step": 8' in r.stdout and '"group_size": 8' in r.stdout
-  assert '["w_global", 1.0]' in r.stdout and not os.listdir(tmp_path)
+  assert "recipe bot_grpo: w_global=1, w_local=1" in r.stdout and not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--algo=pure"], "step rewards"),
     (["--compare=only_one"], "two comma-separated"),
-    (["--compare=/nonexistent/a,/nonexistent/b", "--vlm_judge=http://127.0.0.1:9/v1"],
-     "unreachable"),
+    (["--compare=/nonexistent/a,/nonexistent/b"], "needs its own pairwise VLM judge"),
+    (["--compare=/nonexistent/a,/nonexistent/b", "--pairwise_judge=http://127.0.0.1:9/v1"],
+     "--pairwise_judge_model=NAME"),
+    # the training VLM judge, spelt differently, is still the training judge
+    (["--compare=/nonexistent/a,/nonexistent/b", "--vlm_judge=http://127.0.0.1:9/v1",
+      "--vlm_judge_model=v", "--pairwise_judge=HTTP://localhost:9/v1/",
+      "--pairwise_judge_model=v"], "is the training judge --vlm_judge"),
+    (["--compare=/nonexistent/a,/nonexistent/b", "--judge=http://127.0.0.1:9/v1",
+      "--judge_model=j", "--pairwise_judge=http://127.0.0.1:9/v1", "--pairwise_judge_model=j"],
+     "--allow_same_judge"),
+    (["--compare=/nonexistent/a,/nonexistent/b", "--pairwise_judge=http://127.0.0.1:9/v1",
+      "--pairwise_judge_model=p"], "unreachable"),
     (["--judge=not-a-url"], "not an http(s) URL"),
     (["--warm=nonsense=1"], "nonsense"),
 ])
@@ -69,12 +103,27 @@ def test_user_errors_exit_2_with_a_message(tmp_path, args, needle):
   assert needle in r.stderr and "Traceback" not in r.stderr
 
 
-def test_tiny_end_to_end_train_eval_only_and_compare(tmp_path, server):
-  work = str(tmp_path / "run")
-  r = _run(*TINY, "--steps=2", "--eval_every=2", f"--workdir={work}",
-           f"--judge={server.url}", "--judge_model=code-judge",
-           f"--vlm_judge={server.url}", "--vlm_judge_model=vlm-judge")
-  assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+def test_missing_node_packages_fail_before_the_warm_start(tmp_path):
+  # a checkout without `npm ci`: the worker script is there, node_modules is not
+  toolchain = tmp_path / "toolchain"
+  toolchain.mkdir()
+  for name in ("worker.mjs", "package.json"):
+    shutil.copy(os.path.join(NODE_DIR, name), toolchain / name)
+  work = tmp_path / "run"
+  t0 = time.monotonic()
+  r = _run(*TINY, "--steps=1", f"--workdir={work}", timeout=300,
+           env={"BOTJAX_REACT_TOOLCHAIN": str(toolchain)})
+  seconds = time.monotonic() - t0
+  assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
+  assert "npm package 'esbuild'" in r.stderr and "npm ci" in r.stderr
+  assert "Traceback" not in r.stderr
+  # nothing expensive ran first: no warm start was built or announced (it takes about a minute)
+  assert "warm start" not in r.stdout and not glob.glob(str(work / "react-warmstart-*"))
+  assert seconds < 60, seconds
+
+
+def test_tiny_end_to_end_train_and_eval_only(trained, server):
+  work = trained
   with open(os.path.join(work, "metrics.jsonl")) as f:
     recs = [json.loads(line) for line in f if line.strip()]
   assert [x["step"] for x in recs] == [0, 1, 2]
@@ -94,10 +143,18 @@ def test_tiny_end_to_end_train_eval_only_and_compare(tmp_path, server):
   with open(os.path.join(work, "eval.json")) as f:
     ev = json.load(f)
   assert [h["step"] for h in ev["history"]] == [0, 2]
-  assert 0.0 <= ev["latest"]["compile_rate"] <= 1.0 and ev["latest"]["n"] == 4
+  latest = ev["latest"]
+  # the paper's compile rate counts blank pages; the visible rate cannot exceed it
+  assert 0.0 <= latest["visible_rate"] <= latest["compile_rate"] <= 1.0 and latest["n"] == 4
+  assert latest["compile_rate"] - latest["visible_rate"] == pytest.approx(latest["blank"] / 4)
   assert os.path.exists(os.path.join(work, "compile_rate.png"))
   assert os.path.exists(os.path.join(work, "hf_final", "config.json"))
   assert os.path.exists(os.path.join(work, "hf_final", "tokenizer.json"))
+  with open(os.path.join(work, "judges.json")) as f:
+    assert json.load(f) == {"judge": {"url": server.url, "model": "code-judge"},
+                            "vlm_judge": {"url": server.url, "model": "vlm-judge"}}
+  with open(os.path.join(work, "config.json")) as f:
+    assert json.load(f)["reward"]["blank_is_failure"] is False
 
   refused = _run(*TINY, "--steps=4", "--resume=false", f"--workdir={work}")
   assert refused.returncode == 2 and "already holds a run" in refused.stderr
@@ -107,8 +164,16 @@ def test_tiny_end_to_end_train_eval_only_and_compare(tmp_path, server):
   with open(os.path.join(work, "eval.json")) as f:
     assert [h["step"] for h in json.load(f)["history"]] == [0, 2, 2]
 
-  # the same policy on both sides, greedy: identical screenshots, and a judge that always
-  # answers "A" votes A, B, B, A over the ABBA rounds -> every prompt a 2-2 tie (0.5)
+
+def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
+  work = trained
+  # the run's own VLM judge is refused as the pairwise judge (read from its judges.json)
+  same = _run(*TINY, f"--compare={work},{work}", f"--pairwise_judge={server.url}",
+              "--pairwise_judge_model=vlm-judge", f"--workdir={tmp_path / 'same'}")
+  assert same.returncode == 2 and f"vlm_judge of {work}" in same.stderr, same.stderr[-2000:]
+
+  # the same policy on both sides, greedy: identical screenshots, and the judge answers "A" for
+  # identical images, which votes A, B, B, A over the ABBA rounds -> every prompt a 2-2 tie
   before = len(server.requests)
   out = str(tmp_path / "cmp")
   c = _run(*TINY, f"--compare={work},{work}", f"--pairwise_judge={server.url}",
@@ -117,7 +182,55 @@ def test_tiny_end_to_end_train_eval_only_and_compare(tmp_path, server):
   with open(os.path.join(out, "compare.json")) as f:
     res = json.load(f)
   assert res["n"] == 2 and res["win_rate"] == 0.5 and res["tie_rate"] == 1.0
+  assert res["pairwise_judge_model"] == "pair-judge"
   assert os.path.exists(os.path.join(out, "compare.png"))
-  pair_calls = [q["body"] for q in server.requests[before:] if q["body"]["model"] == "pair-judge"]
+  calls = server.requests[before:]
+  pair_calls = [q["body"] for q in calls if q["body"]["model"] == "pair-judge"]
   rendered = sum(1 for v in res["verdicts"] if v[0] is not None)
   assert len(pair_calls) == 4 * rendered and all(len(images(b)) == 2 for b in pair_calls)
+  # the training judges took no part in the comparison
+  assert {q["body"]["model"] for q in calls} <= {"pair-judge"}
+
+
+def test_win_rate_curve_over_saved_checkpoints(trained, server, tmp_path):
+  work = trained
+  assert sorted(os.listdir(os.path.join(work, "checkpoints"))) == ["1", "2"]
+  before = len(server.requests)
+  out = tmp_path / "curve"
+  # the run's own VLM model as the pairwise judge, allowed explicitly
+  r = _run(*TINY, f"--compare={work},{work}", "--compare_checkpoints",
+           f"--pairwise_judge={server.url}", "--pairwise_judge_model=vlm-judge",
+           "--allow_same_judge", f"--workdir={out}")
+  assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+  with open(out / "winrate_curve.json") as f:
+    curve = json.load(f)
+  points = curve["points"]
+  # step 0 (the starting policy) and every saved checkpoint, against the run's final policy
+  assert [p["step"] for p in points] == [0, 1, 2] and curve["baseline"] == work
+  pair_calls = [q["body"] for q in server.requests[before:] if len(images(q["body"])) == 2]
+  assert len(pair_calls) % 4 == 0   # whole ABBA rounds only
+  for p in points:
+    assert p["n"] == 2 and 0.0 <= p["win_rate"] <= 1.0
+    assert p["wins"] + p["losses"] + p["ties"] == 2
+    assert p["win_rate"] == pytest.approx((p["wins"] + 0.5 * p["ties"]) / 2)
+  # the last checkpoint is the baseline (hf_final is its export): identical screenshots, ties
+  assert points[-1]["tie_rate"] == 1.0 and points[-1]["win_rate"] == 0.5
+  assert (out / "winrate_curve.png").stat().st_size > 10_000
+
+
+def test_pure_runs_on_react(trained, tmp_path):
+  # PURE reads the line penalties as step scores of blank-line-separated blocks; one step of the
+  # tiny pipeline, on a copy of the trained run's warm start (no second warm start)
+  work = tmp_path / "pure"
+  work.mkdir()
+  [warm] = glob.glob(os.path.join(trained, "react-warmstart-*"))
+  shutil.copytree(warm, work / os.path.basename(warm))
+  r = _run(*TINY, "--algo=pure", "--steps=1", "--eval_every=0", f"--workdir={work}")
+  assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+  assert "(cached" in r.stdout
+  with open(work / "metrics.jsonl") as f:
+    recs = [json.loads(line) for line in f if line.strip()]
+  assert recs[-1]["step"] == 1 and recs[-1]["loss_tokens"] > 0
+  assert all(isinstance(recs[-1][k], float) for k in ("loss", "adv_std", "reward_mean"))
+  with open(work / "config.json") as f:
+    assert json.load(f)["train"]["recipe"] == "pure"
