@@ -1,4 +1,11 @@
-"""Per-token log-probabilities and entropies without materialising [B, L, V] logits."""
+"""Per-token log-probabilities and entropies without materialising [B, L, V] logits.
+
+The one chunked log-prob implementation of botjax: the RL update, SFT, reference log-probs,
+scoring and `botjax.sampling.completion_logprobs` all reach `logprobs_from_hidden`, which
+computes the logits of one chunk of positions at a time and recomputes them in the backward
+pass (`jax.checkpoint`), so the memory of the log-probs is that of one chunk, not of
+[B, L, V] float32 logits (at Qwen2.5's V = 151,936, 64 rows x 1,024 tokens: 40 GB).
+"""
 
 from __future__ import annotations
 
@@ -52,9 +59,9 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
   @jax.checkpoint
   def chunk(h_c, y_c):
     z = unembed(h_c).astype(jnp.float32) * inv_t                   # [B, C, V]
-    lse = jax.nn.logsumexp(z, axis=-1)
+    lse = jax.nn.logsumexp(z, axis=-1)                             # [B, C]
     picked = jnp.take_along_axis(z, y_c[..., None], axis=-1)[..., 0]
-    p = jax.nn.softmax(z, axis=-1)
+    p = jnp.exp(z - lse[..., None])
     ent = lse - jnp.sum(p * z, axis=-1)
     return picked - lse, ent
 
@@ -92,4 +99,86 @@ def token_logprobs(model, input_ids: jax.Array, positions: jax.Array, mask: jax.
   """
   hidden, _ = model(input_ids, positions, attention_mask=mask, return_hidden=True)
   return logprobs_from_hidden(hidden, model.unembed, targets, mask, temperature=temperature,
+                              chunk_size=chunk_size)
+
+
+def group_prompts(prompt_ids: jax.Array, prompt_positions: jax.Array, prompt_mask: jax.Array,
+                  num_prompts: int) -> tuple[jax.Array, jax.Array]:
+  """Finds the distinct prompts of a batch (in-graph, static shapes).
+
+  Two rows share a prompt when their prompt columns agree in ids, positions and mask (ids
+  compared on real tokens only). The distinct prompts are numbered in order of their first
+  row.
+
+  Args:
+    prompt_ids: int32 [B, P]; prompt_positions: int32 [B, P]; prompt_mask: bool [B, P].
+    num_prompts: U ≥ the number of distinct prompts (static); slots beyond them repeat the
+      first prompt.
+
+  Returns:
+    (rows int32 [B]: the prompt slot of each row, in [0, U); first int32 [U]: a row that
+    holds each slot's prompt).
+  """
+  b = prompt_ids.shape[0]
+  key = jnp.concatenate([jnp.where(prompt_mask, prompt_ids, -1), prompt_positions,
+                         prompt_mask.astype(jnp.int32)], axis=1)          # [B, 3P]
+  same = jnp.all(key[:, None, :] == key[None, :, :], axis=-1)             # [B, B]
+  leader = jnp.argmax(same, axis=1)                                       # first row alike
+  is_first = leader == jnp.arange(b)
+  first = jnp.nonzero(is_first, size=num_prompts, fill_value=0)[0].astype(jnp.int32)
+  slot = jnp.cumsum(is_first.astype(jnp.int32)) - 1
+  return slot[leader].astype(jnp.int32), first
+
+
+def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
+                        attention_mask: jax.Array, *, completion_len: int,
+                        temperature: float = 1.0, chunk_size: int = 128, num_prompts: int = 0
+                        ) -> tuple[jax.Array, jax.Array]:
+  """Log-probs and entropies of the last T tokens of each row (prompt + completion rows).
+
+  Column c ≥ P = L − T of `input_ids` is scored from the hidden state at column c − 1 (the
+  first completion token from the prompt's last column, which left padding makes a real
+  token): logp[b, t] = log softmax(logits[b, P + t − 1] / τ)[input_ids[b, P + t]]. The hidden
+  states of the whole sequence are computed once; the unembedding, log-softmax and gather run
+  per chunk of `chunk_size` positions under `jax.checkpoint` (`logprobs_from_hidden`), so the
+  [B, T, V] logits never exist at once, in the forward pass or in the gradient.
+
+  With `num_prompts` = U > 0, rows whose prompt columns are identical (a GRPO group) share
+  one forward pass of their prompt (`Decoder.shared_prefix`): the prompt tokens go through
+  the layers U times instead of B times. Same values up to float rounding.
+
+  Args:
+    model: a `botjax.models.Decoder`.
+    input_ids: int32 [B, L] prompt (left-padded) followed by completion (right-padded).
+    positions: int32 [B, L] position ids.
+    attention_mask: bool [B, L], True on real prompt and completion tokens.
+    completion_len: T < L (static), the number of trailing completion columns.
+    temperature: τ > 0, the temperature the tokens were sampled at (the sampler reports its
+      log-probs under softmax(logits / τ); `SamplingConfig.logp_temperature`).
+    chunk_size: completion positions per chunk of logits.
+    num_prompts: U (static), at least the number of distinct prompts among the B rows, or
+      0 to run every row's prompt (no sharing).
+
+  Returns:
+    (logp, entropy): float32 [B, T] each, also at padded completion columns (finite but
+    meaningless there: mask them with the completion's mask).
+  """
+  B, L = input_ids.shape
+  T = completion_len
+  if not 0 < T < L:
+    raise ValueError(f"completion_len must be in [1, L - 1 = {L - 1}] (at least one prompt "
+                     f"column predicts the first completion token), got {T}")
+  P = L - T
+  targets = input_ids[:, P:]                                      # [B, T]
+  if num_prompts > 0 and P > 0:
+    rows, first = group_prompts(input_ids[:, :P], positions[:, :P], attention_mask[:, :P],
+                                num_prompts)
+    prompt_hidden, hidden = model.shared_prefix(
+        input_ids[first, :P], positions[first, :P], attention_mask[first, :P], rows,
+        targets, positions[:, P:], attention_mask[:, P:])
+    h = jnp.concatenate([prompt_hidden[rows, P - 1][:, None], hidden[:, :T - 1]], axis=1)
+  else:
+    hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
+    h = hidden[:, P - 1:L - 1]                                    # [B, T, D]
+  return logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
                               chunk_size=chunk_size)

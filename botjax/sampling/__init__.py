@@ -4,11 +4,13 @@
   sampler = Sampler(model, model.config, SamplingConfig(temperature=1.0, eos_token_ids=(eos,)))
   out = sampler.generate(prompt_token_lists, jax.random.key(0), n=8)     # SampleOutput
   texts = generate_text(sampler, tokenizer, ["What is 3 + 4?"], key, n=8)  # strings + offsets
+  logp, _ = completion_logprobs(model, out, temperature=sampler.config.logp_temperature)  # [B, T]
 """
 
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import filter_logits, sample_logits, top_k_filter, top_p_filter
+from botjax.sampling.logprobs import completion_logprobs
 from botjax.sampling.sampler import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -26,7 +28,7 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "Sampler", "SamplingConfig",
+    "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "completion_logprobs", "Sampler", "SamplingConfig",
     "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
     "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
     "sample_logits", "top_k_filter", "top_p_filter",

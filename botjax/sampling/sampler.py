@@ -48,9 +48,13 @@ _BATCH_AXES = ("data", "fsdp")
 class TeacherForcing(NamedTuple):
   """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
 
-  With `logp_full, _ = token_logprobs(model, input_ids, positions, attention_mask, targets,
-  temperature=config.logp_temperature)`, `logp_full[:, start:start + T]` equals
-  `SampleOutput.logp` where `SampleOutput.mask` is True.
+  `botjax.sampling.completion_logprobs(model, out, temperature=τ)` does all of this and
+  returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
+  input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
+  `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
+  where `SampleOutput.mask` is True. (`start` is a leaf of this NamedTuple, so it is traced
+  when a `TeacherForcing` enters a jitted function: a Python slice `[:, start:start + T]`
+  works outside `jit` only.)
 
   Attributes:
     input_ids: [B, L] int32, prompt then completion (L = Lp + T).
@@ -93,7 +97,11 @@ class SampleOutput:
   num_groups: int = struct.field(pytree_node=False)
 
   def teacher_forcing(self) -> TeacherForcing:
-    """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`."""
+    """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
+
+    Shapes as in `TeacherForcing` (L = Lp + T). For the completion log-probs under other
+    parameters, `botjax.sampling.completion_logprobs(model, self, temperature=τ)`.
+    """
     input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
     attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)
     positions = jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
