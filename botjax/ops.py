@@ -1,10 +1,8 @@
-"""Masked and segment reductions shared by the advantage estimators and losses, and the
-`fused_*` reductions the models and the sampler use to keep XLA:CPU from splitting long sums.
+"""Masked and segment reductions shared by the advantage estimators and losses.
 
-Every function is pure and jit-able. The masked and segment ones compute in float32 (integer
-counts stay integer; the `fused_*` ones keep the input's dtype). Values outside a mask never
-reach a result, not even as NaN: they are replaced with `jnp.where` before any arithmetic,
-never multiplied by the mask.
+Every function is pure and jit-able and computes in float32 (integer counts stay integer).
+Values outside a mask never reach a result, not even as NaN: they are replaced with
+`jnp.where` before any arithmetic, never multiplied by the mask.
 
 Groups are rows sharing a `group_ids` value in `[0, num_groups)`; `num_groups` is a static
 Python int. Groups may be ragged and non-contiguous. Rows whose id lies outside that range are
@@ -220,123 +218,8 @@ def masked_softmax(logits, mask, *, axis: int = -1) -> Array:
   return e / jnp.where(total > 0.0, total, 1.0)
 
 
-# -- reductions that XLA:CPU keeps fused ----------------------------------------------------
-
-# XLA:CPU's TreeReductionRewriter turns every reduction over a dimension longer than 32 into a
-# reduce-window over blocks of 32 plus a second reduce, and the reduce-window materialises its
-# whole operand: `sum(p * v, axis=-1)` over 96 cache slots wrote the [B, K, G, H, S] product to
-# memory and read it back instead of reducing it in one fused loop (3 layers of the benchmark
-# model's decode step: 1.16 ms as written, 0.15 ms folded as below; measured). The rewrite is
-# skipped when every reduced dimension is at most 32 long, and a reshape does not help (XLA
-# merges the split dimensions back first). So on CPU the functions below first fold the axis:
-# S → ⌈S/n⌉ by combining n ≤ 32 equal slices elementwise (padding with the reduction's
-# identity), repeated until at most 32 remain, which one fused reduce then finishes. Other
-# backends reduce the axis as it is. The summation order differs from `jnp.sum`'s (rounding
-# only).
-_CPU_REDUCE_WINDOW = 32
-
-
-def _fold(x: Array, axis: int, combine, fill) -> Array:
-  """Shortens `axis` to ≤ 32 by combining equal slices of it elementwise (CPU only)."""
-  w = _CPU_REDUCE_WINDOW
-  while x.shape[axis] > w:
-    s = x.shape[axis]
-    n = min(w, -(-s // w))            # slices combined at this level
-    c = -(-s // n)                    # their width
-    if n * c != s:
-      pads = [(0, 0)] * x.ndim
-      pads[axis] = (0, n * c - s)
-      x = jnp.pad(x, pads, constant_values=fill)
-    acc = jax.lax.slice_in_dim(x, 0, c, axis=axis)
-    for i in range(1, n):
-      acc = combine(acc, jax.lax.slice_in_dim(x, i * c, (i + 1) * c, axis=axis))
-    x = acc
-  return x
-
-
-def _reduce(x, axis: int, reducer, combine, fill, keepdims: bool) -> Array:
-  x = jnp.asarray(x)
-  axis = axis % x.ndim
-  if x.shape[axis] > _CPU_REDUCE_WINDOW and jax.default_backend() == "cpu":
-    x = _fold(x, axis, combine, fill)
-  return reducer(x, axis=axis, keepdims=keepdims)
-
-
-def _lowest(dtype):
-  return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
-
-
-def _highest(dtype):
-  return jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).max
-
-
-def fused_sum(x, axis: int = -1, *, keepdims: bool = False) -> Array:
-  """`jnp.sum(x, axis)` over one axis, kept as one fused reduction on XLA:CPU.
-
-  Args:
-    x: array.
-    axis: the axis to reduce (an int).
-    keepdims: keep it with size 1.
-
-  Returns:
-    The sums, dtype of x, shape of x without `axis` (or with it as 1).
-  """
-  return _reduce(x, axis, jnp.sum, jnp.add, 0, keepdims)
-
-
-def fused_max(x, axis: int = -1, *, keepdims: bool = False) -> Array:
-  """`jnp.max(x, axis)` over one axis, kept fused on XLA:CPU. Shapes as `fused_sum`."""
-  x = jnp.asarray(x)
-  return _reduce(x, axis, jnp.max, jnp.maximum, _lowest(x.dtype), keepdims)
-
-
-def fused_min(x, axis: int = -1, *, keepdims: bool = False) -> Array:
-  """`jnp.min(x, axis)` over one axis, kept fused on XLA:CPU. Shapes as `fused_sum`."""
-  x = jnp.asarray(x)
-  return _reduce(x, axis, jnp.min, jnp.minimum, _highest(x.dtype), keepdims)
-
-
-def fused_logsumexp(x, axis: int = -1, *, keepdims: bool = False) -> Array:
-  """log Σ exp over one axis, as `jax.nn.logsumexp(x, axis)` (a row of −inf gives −inf).
-
-  Args:
-    x: float array.
-    axis: the axis to reduce (an int).
-    keepdims: keep it with size 1.
-
-  Returns:
-    dtype of x, shape of x without `axis` (or with it as 1); its gradient is softmax(x).
-  """
-  x = jnp.asarray(x)
-  m = fused_max(x, axis, keepdims=True)
-  m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, jnp.zeros_like(m)))
-  out = jnp.log(fused_sum(jnp.exp(x - m), axis, keepdims=True)) + m
-  return out if keepdims else jnp.squeeze(out, axis)
-
-
-def fused_softmax(x, axis: int = -1) -> Array:
-  """`jax.nn.softmax(x, axis)`, kept fused on XLA:CPU; x must hold a finite value per row.
-
-  Args:
-    x: float array.
-    axis: the softmax axis (an int).
-
-  Returns:
-    Probabilities, shape and dtype of x.
-  """
-  x = jnp.asarray(x)
-  e = jnp.exp(x - jax.lax.stop_gradient(fused_max(x, axis, keepdims=True)))
-  return e / fused_sum(e, axis, keepdims=True)
-
-
-def fused_log_softmax(x, axis: int = -1) -> Array:
-  """`jax.nn.log_softmax(x, axis)`, kept fused on XLA:CPU. Shapes as `fused_softmax`."""
-  x = jnp.asarray(x)
-  return x - fused_logsumexp(x, axis, keepdims=True)
-
 __all__ = [
     "masked_sum", "masked_count", "masked_mean", "masked_var", "masked_whiten", "lengths",
     "segment_sum", "segment_count", "segment_mean", "segment_max", "segment_min",
-    "gather_groups", "suffix_sum", "masked_softmax", "fused_sum", "fused_max", "fused_min",
-    "fused_logsumexp", "fused_softmax", "fused_log_softmax", "f32",
+    "gather_groups", "suffix_sum", "masked_softmax", "f32",
 ]

@@ -21,6 +21,10 @@ FAMILIES: dict[str, tuple[str, float]] = {
     "phi3": ("Phi3ForCausalLM", 10_000.0),
 }
 ROPE_TYPES = ("default", "llama3", "longrope", "linear")
+# Attention implementations (see `botjax.models.layers`): "auto" picks one for the devices the
+# model runs on; "cpu" is the XLA:CPU-tuned path, "xla" and "cudnn" go through
+# `jax.nn.dot_product_attention`.
+ATTENTION_IMPLEMENTATIONS = ("auto", "cpu", "xla", "cudnn")
 
 
 def _ids(value: Any) -> tuple[int, ...] | None:
@@ -69,11 +73,15 @@ class DecoderConfig:
   bos_token_id: int | None = None
   eos_token_id: tuple[int, ...] | None = None
   pad_token_id: int | None = None
+  attention: str = "auto"              # one of ATTENTION_IMPLEMENTATIONS (not in config.json)
 
   def __post_init__(self):
     if self.model_type not in FAMILIES:
       raise ValueError(f"model_type {self.model_type!r} is not supported; "
                        f"valid: {sorted(FAMILIES)}")
+    if self.attention not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"attention {self.attention!r} is not supported; valid: "
+                       f"{ATTENTION_IMPLEMENTATIONS}")
     if self.rope_type not in ROPE_TYPES:
       raise ValueError(f"rope_type {self.rope_type!r} is not supported; valid: {ROPE_TYPES}")
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",

@@ -7,62 +7,110 @@ sampler; the forward pass without a cache attends causally among the given token
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
 from botjax.models.config import DecoderConfig
-from botjax.models.layers import (Block, CachedLayer, RMSNorm, _param, rope_cos_sin,
+from botjax.models.layers import (CACHE_LAYOUT, CPU_CACHE_LAYOUT, Block, CachedLayer, RMSNorm,
+                                  _param, attention_implementation, cache_layout, rope_cos_sin,
                                   write_slots)
 from botjax.models.sharding import constrain
 
 
-def _block(layer: Block, x, cos, sin, allowed, prefix=None):
-  return layer(x, cos, sin, allowed, None, prefix)
+def _block(layer: Block, x, cos, sin, allowed, prefix=None, *, implementation="cpu",
+           causal=False):
+  return layer(x, cos, sin, allowed, None, prefix, implementation=implementation,
+               causal=causal)
 
 
-_remat_block = nnx.remat(_block)
+_REMAT_BLOCKS: dict = {}
+
+
+def _block_fn(remat: bool, implementation: str, causal: bool):
+  """`_block` for one attention implementation, under `nnx.remat` when `remat`."""
+  if not remat:
+    return functools.partial(_block, implementation=implementation, causal=causal)
+  key = (implementation, causal)
+  if key not in _REMAT_BLOCKS:
+    _REMAT_BLOCKS[key] = nnx.remat(functools.partial(_block, implementation=implementation,
+                                                     causal=causal))
+  return _REMAT_BLOCKS[key]
 
 
 @struct.dataclass
 class KVCache:
   """Per-layer keys and values of S cache slots, and which slots hold a real token.
 
+  Two layouts, one per attention implementation (`botjax.models.layers.cache_layout`):
+
+  * `"BSKH"` (GPU, TPU: the `"xla"` and `"cudnn"` attention): k and v [num_layers, B, S, K,
+    H], the layout `jax.nn.dot_product_attention` reads.
+  * `"BKHS"` (the XLA:CPU `"cpu"` attention): k and v [num_layers, B, K, H, S], head-major,
+    slots last: a decode step's q · k then reduces over H with the slots as the vectorised
+    minor axis (3.2x faster on XLA:CPU than with H minor, measured), and probs · v reduces
+    over the minor axis, which XLA:CPU fuses with the read of the cache.
+
   Attributes:
-    k: [num_layers, B, K, H, S] keys (RoPE already applied), head-major, slots last: a
-      decode step's q · k then reduces over H with the slots as the vectorised minor axis
-      (3.2x faster on XLA:CPU than with H minor, measured).
-    v: [num_layers, B, K, H, S] values, slots last: a decode step's probs · v reduces over the
-      minor axis, which XLA:CPU fuses with the read of the cache.
+    k: keys (RoPE already applied), in `layout`.
+    v: values, in `layout`.
     valid: bool [B, S], True where a slot holds a (non-padding) token.
+    layout: `"BSKH"` or `"BKHS"` (static).
   """
 
   k: jax.Array
   v: jax.Array
   valid: jax.Array
+  layout: str = struct.field(pytree_node=False, default=CPU_CACHE_LAYOUT)
 
   @classmethod
   def init(cls, cfg: DecoderConfig, *, batch_size: int, max_len: int,
-           dtype=jnp.float32) -> "KVCache":
+           dtype=jnp.float32, layout: str | None = None) -> "KVCache":
     """An empty cache (no valid slot) for a config.
 
     Args:
-      cfg: the decoder config (layers, kv heads, head dim).
+      cfg: the decoder config (layers, kv heads, head dim, attention).
       batch_size: B rows.
       max_len: S slots per row (prompt + generated tokens).
       dtype: storage dtype of keys and values.
+      layout: `"BSKH"` or `"BKHS"`; None: the layout of the attention implementation that
+        `cfg.attention` resolves to for the devices in use (see
+        `botjax.models.layers.attention_implementation`).
 
     Returns:
-      A `KVCache` with k and v zeros [num_layers, B, K, H, S] and valid all False [B, S].
+      A `KVCache` with k and v zeros ([num_layers, B, S, K, H] or [num_layers, B, K, H, S])
+      and valid all False [B, S].
     """
-    shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
+    if layout is None:
+      layout = cache_layout(attention_implementation(cfg.attention))
+    if layout == CACHE_LAYOUT:
+      shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    elif layout == CPU_CACHE_LAYOUT:
+      shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
+    else:
+      raise ValueError(f"cache layout {layout!r} is not supported; valid: "
+                       f"{(CACHE_LAYOUT, CPU_CACHE_LAYOUT)}")
     return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-               valid=jnp.zeros((batch_size, max_len), bool))
+               valid=jnp.zeros((batch_size, max_len), bool), layout=layout)
 
   @property
   def max_len(self) -> int:
-    return self.k.shape[4]
+    return self.valid.shape[1]
+
+  @property
+  def slot_axis(self) -> int:
+    """The axis of k and v that indexes slots (2 for `"BSKH"`, 4 for `"BKHS"`)."""
+    return 2 if self.layout == CACHE_LAYOUT else 4
+
+  @property
+  def logical_axes(self) -> tuple[str, ...]:
+    """Logical axis names of k and v (for `botjax.models.sharding.constrain`)."""
+    if self.layout == CACHE_LAYOUT:
+      return ("layers", "batch", "cache_length", "act_kv_heads", "head_dim")
+    return ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
 
 
 class Decoder(nnx.Module):
@@ -70,6 +118,13 @@ class Decoder(nnx.Module):
 
   Call: `model(input_ids, positions, attention_mask=None, *, cache=None, cache_index=None,
   return_hidden=False) -> (logits f32[B, L, V] or hidden [B, L, D], cache or None)`.
+
+  Attention runs through the implementation `config.attention` names; `"auto"` resolves it
+  when the model is traced, from the mesh set with `jax.set_mesh` (else the default device):
+  `"cpu"` on CPU, `"cudnn"` on NVIDIA GPUs, `"xla"` elsewhere
+  (`botjax.models.layers.attention_implementation`). Set it explicitly (e.g.
+  `dataclasses.replace(cfg, attention="xla")`) to trace for a platform other than the one
+  in use, as for `jax.export`.
   """
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
@@ -130,6 +185,10 @@ class Decoder(nnx.Module):
     if input_ids.ndim != 2 or positions.shape != input_ids.shape:
       raise ValueError(f"input_ids and positions must both be [B, L]; got {input_ids.shape} "
                        f"and {positions.shape}")
+    impl = attention_implementation(cfg.attention)
+    if cache is not None and cache.layout != cache_layout(impl):
+      raise ValueError(f"attention {impl!r} reads a KV cache of layout {cache_layout(impl)!r}, "
+                       f"got {cache.layout!r} (build it with KVCache.init(..., layout=None))")
     b, l = input_ids.shape
     if attention_mask is None:
       attention_mask = jnp.ones((b, l), bool)
@@ -172,7 +231,7 @@ class Decoder(nnx.Module):
       if window is not None:
         layer_allowed = allowed & (distance < window)[None]
       if cache is None:
-        block = _remat_block if self.remat else _block
+        block = _block_fn(self.remat, impl, True)
         x, (k, v) = block(layer, x, cos, sin, layer_allowed)
         continue
       if not fresh:
@@ -180,15 +239,17 @@ class Decoder(nnx.Module):
         if window is not None:
           layer_cache = allowed_cache & (cache_distance < window)[None]
         x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
-                                  CachedLayer(k_all, v_all, i, index, layer_cache))
+                                  CachedLayer(k_all, v_all, i, index, layer_cache,
+                                              cache.layout),
+                                  implementation=impl)
         continue
       # slot 0 onward: no earlier slot exists, so the cache is not read
-      x, (k, v) = layer(x, cos, sin, layer_allowed)
-      k_all, v_all = write_slots(k_all, v_all, i, index, k, v)
+      x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True)
+      k_all, v_all = write_slots(k_all, v_all, i, index, k, v, cache.layout)
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:
-      new_cache = KVCache(k=k_all, v=v_all, valid=valid)
+      new_cache = KVCache(k=k_all, v=v_all, valid=valid, layout=cache.layout)
     if return_hidden:
       return hidden, new_cache
     return self.unembed(hidden), new_cache
@@ -245,15 +306,17 @@ class Decoder(nnx.Module):
          jnp.tril(jnp.ones((l, l), bool))[None] & attention_mask[:, None, :]], axis=2)
     cols = jnp.arange(p + l, dtype=jnp.int32)
     distance = cols[:, None] - cols[None, :]                         # query col − key col
-    block = _remat_block if self.remat else _block
+    impl = attention_implementation(cfg.attention)
+    block_p = _block_fn(self.remat, impl, True)
+    block = _block_fn(self.remat, impl, False)
     for i, layer in enumerate(self.layers):
       window = cfg.window(i)
       layer_p, layer_allowed = allowed_p, allowed
       if window is not None:
         layer_p = allowed_p & (distance[:p, :p] < window)[None]
         layer_allowed = allowed & (distance[p:] < window)[None]
-      xp, (kp, vp) = block(layer, xp, cos_p, sin_p, layer_p)
-      prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # [B, K, P, H]
+      xp, (kp, vp) = block_p(layer, xp, cos_p, sin_p, layer_p)
+      prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # rows' prefix k, v
       x, _ = block(layer, x, cos, sin, layer_allowed, prefix)
     return self.final_norm(xp), self.final_norm(x)
 

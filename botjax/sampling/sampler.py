@@ -32,9 +32,10 @@ import numpy as np
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from botjax import _xla_cpu
 from botjax.models.decoder import KVCache
 from botjax.models.layers import rope_cos_sin
-from botjax.models.sharding import compiler_options, constrain, unroll_threefry_on_cpu
+from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import sample_logits
@@ -125,21 +126,22 @@ def _repeat_cache(cache: KVCache, n: int) -> KVCache:
   """Repeats each row of a cache n times (rows of one prompt adjacent)."""
   if n == 1:
     return cache
-  return KVCache(k=jnp.repeat(cache.k, n, axis=1), v=jnp.repeat(cache.v, n, axis=1),
-                 valid=jnp.repeat(cache.valid, n, axis=0))
+  return cache.replace(k=jnp.repeat(cache.k, n, axis=1), v=jnp.repeat(cache.v, n, axis=1),
+                       valid=jnp.repeat(cache.valid, n, axis=0))
 
 
 def _extend_cache(cache: KVCache, extra: int) -> KVCache:
-  """Appends `extra` empty (invalid) slots to every row of a cache."""
-  slots = ((0, 0), (0, 0), (0, 0), (0, 0), (0, extra))       # k, v [layers, B, K, H, S]
-  return KVCache(k=jnp.pad(cache.k, slots), v=jnp.pad(cache.v, slots),
-                 valid=jnp.pad(cache.valid, ((0, 0), (0, extra))))
+  """Appends `extra` empty (invalid) slots to every row of a cache (either layout)."""
+  slots = [(0, 0)] * cache.k.ndim
+  slots[cache.slot_axis] = (0, extra)
+  return cache.replace(k=jnp.pad(cache.k, slots), v=jnp.pad(cache.v, slots),
+                       valid=jnp.pad(cache.valid, ((0, 0), (0, extra))))
 
 
 def _constrain_cache(cache: KVCache) -> KVCache:
-  axes = ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
-  return KVCache(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
-                 valid=constrain(cache.valid, ("batch", "cache_length")))
+  axes = cache.logical_axes
+  return cache.replace(k=constrain(cache.k, axes), v=constrain(cache.v, axes),
+                       valid=constrain(cache.valid, ("batch", "cache_length")))
 
 
 class Sampler:
@@ -162,12 +164,14 @@ class Sampler:
     cache_dtype: KV-cache dtype (None: the model's compute dtype, float32 if unknown).
     host_threads: split each call's prompts into this many parts, generated concurrently by
       as many host threads (same completions: a row's draws depend on its row index only).
-      None: 2 on small CPU hosts (where `botjax.models.sharding.compiler_options` applies)
-      without a mesh, else 1. A decode step of a small model is a chain of small kernels that
-      XLA:CPU runs one after the other on one core; two independent loops keep both cores
-      busy (64-token sampling of 128 rows on 2 cores: 2 halves in 2 threads took 0.75x the
-      time of the whole batch in one loop, measured). A call whose parts the batch buckets
-      would pad to more rows than the whole runs as one program.
+      None: `botjax._xla_cpu.default_host_threads` for the parameters' devices (2 on small
+      CPU hosts without a mesh, else 1). A call whose parts the batch buckets would pad to
+      more rows than the whole runs as one program.
+
+  The KV cache layout and the attention path follow the model's `config.attention` (see
+  `botjax.models.Decoder`). On CPU targets the programs are compiled with
+  `botjax._xla_cpu.compiler_options` and lowered with `botjax._xla_cpu.threefry_unrolled`
+  (both per program, chosen from the devices; `BOTJAX_XLA_CPU_TUNING=0` turns them off).
   """
 
   def __init__(self, model: Any, model_config: Any, sampling_config: SamplingConfig, *,
@@ -195,17 +199,15 @@ class Sampler:
     self._batch_axes = tuple(a for a in _BATCH_AXES if mesh is not None and a in mesh.shape)
     self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
-    options = compiler_options(decode=True)
-    if options is not None:
-      unroll_threefry_on_cpu()
+    where = mesh if mesh is not None else self.params
     if host_threads is None:
-      host_threads = 2 if options is not None and mesh is None else 1
+      host_threads = _xla_cpu.default_host_threads(where, mesh=mesh)
     if not isinstance(host_threads, int) or host_threads < 1:
       raise ValueError(f"host_threads must be an int >= 1 (or None), got {host_threads!r}")
     self.host_threads = host_threads
     self._pool = None
-    self._generate_jit = jax.jit(self._generate_impl, static_argnames=("n", "gen_len"),
-                                 compiler_options=options)
+    self._generate_jit = _xla_cpu.jit(self._generate_impl, decode=True,
+                                      static_argnames=("n", "gen_len"))
 
   # -- host side ---------------------------------------------------------------------------
 
@@ -355,11 +357,67 @@ class Sampler:
       replicated = NamedSharding(self.mesh, P())
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               *args[6:])
-      with jax.set_mesh(self.mesh):
+      with jax.set_mesh(self.mesh), _xla_cpu.threefry_unrolled(self.mesh):
         return self._generate_jit(*args, n=n, gen_len=tb)
-    return self._generate_jit(*args, n=n, gen_len=tb)
+    with _xla_cpu.threefry_unrolled(params):
+      return self._generate_jit(*args, n=n, gen_len=tb)
 
   # -- device side -------------------------------------------------------------------------
+
+  def prefill(self, model: Any, prompt_ids: jax.Array, prompt_mask: jax.Array, *, n: int,
+              gen_len: int) -> tuple[KVCache, jax.Array]:
+    """The prompts' forward pass into a KV cache, repeated for n samples each (traceable).
+
+    Prefills the P prompts once; only the last column's logits are needed (left padding puts
+    every prompt's last token there), so the [P, Lp, V] logits are never formed. The cache
+    holds the Lp prompt slots, then T empty ones.
+
+    Args:
+      model: the decoder (merged, e.g. inside a jitted function).
+      prompt_ids: int32 [P, Lp] left-padded prompts.
+      prompt_mask: bool [P, Lp], True on prompt tokens.
+      n: samples per prompt.
+      gen_len: T, generated slots.
+
+    Returns:
+      (cache of B = P·n rows and Lp + T slots, in the model's cache layout; float32 logits
+      [B, V] of each row's next token).
+    """
+    num, lp = prompt_ids.shape
+    positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
+    # The barrier hides the empty cache and the start index from XLA, which would otherwise
+    # constant-fold the fully masked scores of the empty cached slots: [P, K, G, Lp, Lp] per
+    # layer, seconds of compile time at batch 64.
+    cache, start = jax.lax.optimization_barrier((
+        KVCache.init(model.config, batch_size=num, max_len=lp, dtype=self.cache_dtype),
+        jnp.int32(0)))
+    hidden, cache = model(prompt_ids, positions, attention_mask=prompt_mask, cache=cache,
+                          cache_index=start, return_hidden=True)
+    logits = model.unembed(hidden[:, -1, :])                       # [P, V]
+    cache = _constrain_cache(_repeat_cache(_extend_cache(cache, gen_len), n))
+    return cache, constrain(jnp.repeat(logits, n, axis=0), ("batch", "act_vocab"))
+
+  def decode_step(self, model: Any, cache: KVCache, tokens: jax.Array, positions: jax.Array,
+                  live: jax.Array, index: jax.Array,
+                  rope: tuple[jax.Array, jax.Array] | None = None
+                  ) -> tuple[jax.Array, KVCache]:
+    """One decode step: each row's latest token into cache slot `index` (traceable).
+
+    Args:
+      model: the decoder.
+      cache: the KV cache of B rows.
+      tokens: int32 [B], the tokens fed.
+      positions: int32 [B], their positions.
+      live: bool [B], rows still generating (a finished row's slot stays invalid).
+      index: int32 scalar, the slot written.
+      rope: optional (cos, sin) [B, 1, R/2] of `positions`.
+
+    Returns:
+      (float32 logits [B, V] of the next token, updated cache).
+    """
+    logits, cache = model(tokens[:, None], positions[:, None], attention_mask=live[:, None],
+                          cache=cache, cache_index=index, rope=rope)
+    return logits[:, 0, :], cache
 
   def _generate_impl(self, params, prompt_ids, prompt_mask, active, stop_ids, key, max_new,
                      row_offset, *, n: int, gen_len: int) -> tuple[SampleOutput, jax.Array]:
@@ -370,27 +428,11 @@ class Sampler:
     num, lp = prompt_ids.shape
     rows = num * n
     pad = jnp.int32(cfg.pad_token_id)
-
-    # Prefill the P prompts once; only the last column's logits are needed (left padding puts
-    # every prompt's last token there), so the [P, Lp, V] logits are never formed.
-    # The prefill uses a cache of the Lp prompt slots only, padded to Lp + T slots afterwards.
-    # The barrier hides the empty cache and the start index from XLA, which would otherwise
-    # constant-fold the fully masked scores of the empty cached slots: [P, K, G, Lp, Lp] per
-    # layer, seconds of compile time at batch 64.
-    positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
-    cache, start = jax.lax.optimization_barrier((
-        KVCache.init(self.model_config, batch_size=num, max_len=lp, dtype=self.cache_dtype),
-        jnp.int32(0)))
-    hidden, cache = model(prompt_ids, positions, attention_mask=prompt_mask, cache=cache,
-                          cache_index=start, return_hidden=True)
-    logits = model.unembed(hidden[:, -1, :])                       # [P, V]
-    cache = _extend_cache(cache, gen_len)
+    cache, logits = self.prefill(model, prompt_ids, prompt_mask, n=n, gen_len=gen_len)
 
     def rep(x):
       return jnp.repeat(x, n, axis=0)
 
-    cache = _constrain_cache(_repeat_cache(cache, n))
-    logits = constrain(rep(logits), ("batch", "act_vocab"))
     prompt_len = rep(jnp.sum(prompt_mask.astype(jnp.int32), axis=1))   # [B]
     stop_ids = rep(stop_ids)
     active = rep(active)
@@ -429,10 +471,9 @@ class Sampler:
       t, cache, prev, tokens, logp, done, stopped, lengths = carry
       live = ~done
       # Feed token t−1 into slot Lp + t − 1; its logits give token t.
-      step_logits, cache = model(prev[:, None], (prompt_len + t - 1)[:, None],
-                                 attention_mask=live[:, None], cache=cache,
-                                 cache_index=lp + t - 1, rope=(rope_cos[t], rope_sin[t]))
-      tok, lp_tok, hit = draw(t, step_logits[:, 0, :], live)
+      step_logits, cache = self.decode_step(model, cache, prev, prompt_len + t - 1, live,
+                                            lp + t - 1, (rope_cos[t], rope_sin[t]))
+      tok, lp_tok, hit = draw(t, step_logits, live)
       tokens = jax.lax.dynamic_update_slice_in_dim(tokens, tok[:, None], t, axis=1)
       logp = jax.lax.dynamic_update_slice_in_dim(logp, lp_tok[:, None], t, axis=1)
       return (t + 1, cache, tok, tokens, logp, done | hit, stopped | hit,

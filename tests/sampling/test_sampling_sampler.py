@@ -259,3 +259,22 @@ def test_host_threads_do_not_split_into_more_padded_rows(model, sampling):
   one = Sampler(model, CFG, cfg, host_threads=1).generate([[1, 2], [3], [4, 5, 6], [7, 8]] * 2,
                                                         jax.random.key(1), n=1)
   np.testing.assert_array_equal(out.tokens, one.tokens)
+
+
+@pytest.mark.parametrize("name", ["greedy", "sampling"])
+def test_both_cache_layouts_sample_the_same(model, greedy, sampling, name):
+  """The XLA:CPU path (slots-last cache) and the accelerators' (cache [L, B, S, K, H],
+  `jax.nn.dot_product_attention`) draw the same tokens with the same log-probs."""
+  config = {"greedy": greedy, "sampling": sampling}[name].config
+  params = nnx.state(model)
+  out = {}
+  for impl in ("cpu", "xla"):
+    cfg = dataclasses.replace(CFG, attention=impl)
+    sampler = Sampler(nnx.graphdef(bm.Decoder(cfg, rngs=nnx.Rngs(0))), cfg, config,
+                      host_threads=1)
+    out[impl] = sampler.generate(PROMPTS, jax.random.key(3), n=2, params=params)
+  a, b = out["cpu"], out["xla"]
+  for field in ("tokens", "mask", "lengths", "finish_reason"):
+    np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+  np.testing.assert_allclose(a.logp, b.logp, atol=2e-5)
+  assert int(np.asarray(a.mask).sum()) > len(PROMPTS)            # something was generated
