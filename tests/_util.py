@@ -3,12 +3,14 @@ sys.path, next to the root conftest.py)."""
 from __future__ import annotations
 
 import ast
+import math
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
 
 import jax
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,3 +49,19 @@ def imported(modules: Sequence[str], candidates: Sequence[str]) -> list[str]:
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        check=True, cwd=ROOT)
   return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+def pure_credit_loop(x, mask, temp=0.1):
+  """PURE's min-form token credit written out (arXiv 2504.15275): per row, a softmax over the
+  scored tokens of -x/temp weighs x, summed over the tokens from t on. x, mask: [B, T]."""
+  out = np.zeros(x.shape)
+  for i in range(x.shape[0]):
+    toks = [t for t in range(x.shape[1]) if mask[i, t]]
+    if not toks:
+      continue
+    lo = min(-x[i, t] / temp for t in toks)
+    e = {t: math.exp(-x[i, t] / temp - lo) for t in toks}
+    total = sum(e.values())
+    for t in toks:
+      out[i, t] = sum(e[u] / total * x[i, u] for u in toks if u >= t)
+  return out

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from botjax import advantages as adv
-from _util import both
+from _util import both, pure_credit_loop
 
 B, T, S, P = 12, 9, 4, 5
 # Non-contiguous groups: 0 and 1 interleave, group 3 is a singleton, group 4 is unused.
@@ -372,20 +372,6 @@ def test_bot_grpo_reduces_to_population_grpo(seed, w_g):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def pure_token_credit_oracle(x, mask, temp):
-  out = np.zeros((B, T))
-  for i in range(B):
-    toks = [t for t in range(T) if mask[i, t]]
-    if not toks:
-      continue
-    lo = min(-x[i, t] / temp for t in toks)
-    e = {t: math.exp(-x[i, t] / temp - lo) for t in toks}
-    total = sum(e.values())
-    for t in toks:
-      out[i, t] = sum(e[u] / total * x[i, u] for u in toks if u >= t)
-  return out
-
-
 @pytest.mark.parametrize("jit", [False, True])
 def test_pure_token_credit_matches_oracle(jit):
   fn = both(adv.pure_token_credit, "temperature")[jit]
@@ -394,7 +380,7 @@ def test_pure_token_credit_matches_oracle(jit):
     x = np.where(d["mask"], 0.3 * d["token_rewards"], np.nan).astype(np.float32)
     for temp in (0.1, 1.0):
       got = np.asarray(fn(x, d["mask"], temperature=temp))
-      np.testing.assert_allclose(got, pure_token_credit_oracle(x, d["mask"], temp), rtol=1e-5,
+      np.testing.assert_allclose(got, pure_credit_loop(x, d["mask"], temp), rtol=1e-5,
                                  atol=1e-6)
       assert np.all(got[~d["mask"]] == 0.0)
   with pytest.raises(ValueError, match="temperature"):

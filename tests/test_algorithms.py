@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from botjax import advantages as adv
 from botjax import algorithms as alg
 from botjax import losses
+from _util import pure_credit_loop
 
 B, T, S, P = 12, 10, 4, 4
 GROUP_IDS = np.array([0, 1, 2, 0, 1, 2, 0, 1, 3, 3, 2, 0], np.int32)
@@ -316,20 +317,6 @@ def overlong_loop(n, l_max, cache):
   if n <= l_max - cache:
     return 0.0
   return ((l_max - cache) - n) / cache if n <= l_max else -1.0
-
-
-def pure_credit_loop(x, mask, temp=0.1):
-  out = np.zeros(x.shape)
-  for i in range(x.shape[0]):
-    toks = [t for t in range(x.shape[1]) if mask[i, t]]
-    if not toks:
-      continue
-    lo = min(-x[i, t] / temp for t in toks)
-    e = {t: math.exp(-x[i, t] / temp - lo) for t in toks}
-    total = sum(e.values())
-    for t in toks:
-      out[i, t] = sum(e[u] / total * x[i, u] for u in toks if u >= t)
-  return out
 
 
 def think_block(d, width=3):
