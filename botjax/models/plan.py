@@ -26,9 +26,43 @@ from botjax.models.sharding import MESH_AXES, RULES, logical_to_spec, parse_mesh
 _GIB = 1 << 30
 
 
+# Memory of one device of each kind, bytes (HBM as reported by the device, for planning when
+# no such device is attached; with one attached, its own `memory_stats()["bytes_limit"]`).
+DEVICE_MEMORY = {
+    "TPU v4": 32 * _GIB, "TPU v5 lite": 16 * _GIB, "TPU v5e": 16 * _GIB, "TPU v5p": 95 * _GIB,
+    "TPU v5": 95 * _GIB, "TPU v6 lite": 32 * _GIB, "TPU v6e": 32 * _GIB,
+    "NVIDIA A100-SXM4-40GB": 40 * _GIB, "NVIDIA A100-SXM4-80GB": 80 * _GIB,
+    "NVIDIA A100 80GB PCIe": 80 * _GIB, "NVIDIA H100 80GB HBM3": 80 * _GIB,
+    "NVIDIA H100": 80 * _GIB, "NVIDIA H200": 140 * _GIB, "NVIDIA GH200": 96 * _GIB,
+}
+# Share of a device's memory a step may plan to use: XLA keeps some for itself and fragments.
+HEADROOM = 0.9
+
+
+def device_memory(kind: str | None = None) -> int | None:
+  """Bytes of memory of one device: of `kind` (a `jax.Device.device_kind`), else of the first
+  local accelerator (its allocator limit), else None (CPU hosts: no limit to plan against)."""
+  if kind is None:
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+      return None
+    stats = dev.memory_stats() or {}
+    if "bytes_limit" in stats:
+      return int(stats["bytes_limit"])
+    kind = dev.device_kind
+  for name in sorted(DEVICE_MEMORY, key=len, reverse=True):   # longest match first
+    if kind.lower().startswith(name.lower()):
+      return DEVICE_MEMORY[name]
+  return None
+
+
 @dataclasses.dataclass(frozen=True)
 class DryRunPlan:
-  """Per-device memory (bytes) and step FLOPs of a model on a mesh. `str()` gives a table."""
+  """Per-device memory (bytes) and step FLOPs of a model on a mesh. `str()` gives a table.
+
+  `train_bytes` is the peak of one update step on one device; `fits` compares it with
+  `HEADROOM` of `device_memory` and `suggestions` names settings that would make it fit.
+  """
 
   model: str
   mesh: dict[str, int]
@@ -36,11 +70,17 @@ class DryRunPlan:
   seq_len: int
   num_params: int
   param_bytes: int           # per device
-  grad_bytes: int            # per device (same dtype and sharding as the parameters)
+  grad_bytes: int            # per device (the gradient, and its accumulator when micro-batched)
   optimizer_bytes: int       # per device (`optimizer_states` copies of the parameters)
-  activation_bytes: int      # per device, estimate of what the backward pass keeps
+  activation_bytes: int      # per device, what the backward pass of the layers keeps
   kv_cache_bytes: int        # per device, for sampling `batch_size` rows of `seq_len` slots
   step_flops: float | None   # whole step (all devices), from the compiled cost analysis
+  logprob_bytes: int = 0     # per device: one chunk's logits (kept, recomputed, backward) and
+                             # the chunk loop's gradient of the unembedding matrix
+  micro_batch_size: int = 0  # rows per gradient-accumulation slice (0: the whole batch)
+  remat: bool = False
+  device_memory: int | None = None     # bytes per device planned against (None: unknown)
+  suggestions: tuple[str, ...] = ()    # settings that fit `device_memory` when this does not
 
   @property
   def num_devices(self) -> int:
@@ -48,8 +88,21 @@ class DryRunPlan:
 
   @property
   def train_bytes(self) -> int:
-    """Per-device bytes of a training step: params + grads + optimizer + activations."""
-    return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+    """Per-device peak of a training step: params + grads + optimizer + activations + logits."""
+    return (self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+            + self.logprob_bytes)
+
+  @property
+  def sample_bytes(self) -> int:
+    """Per-device bytes while sampling: the train state stays resident next to the KV cache."""
+    return self.param_bytes + self.optimizer_bytes + self.kv_cache_bytes
+
+  @property
+  def fits(self) -> bool | None:
+    """Whether training and sampling fit `HEADROOM` of `device_memory` (None: unknown)."""
+    if self.device_memory is None:
+      return None
+    return max(self.train_bytes, self.sample_bytes) <= HEADROOM * self.device_memory
 
   def __str__(self) -> str:
     mesh = ",".join(f"{k}:{v}" for k, v in self.mesh.items())
@@ -59,15 +112,27 @@ class DryRunPlan:
         ("grads / device", _gib(self.grad_bytes)),
         ("optimizer / device", _gib(self.optimizer_bytes)),
         ("activations / device", _gib(self.activation_bytes)),
+        ("log-probs / device", _gib(self.logprob_bytes)),
         ("train total / device", _gib(self.train_bytes)),
         ("KV cache / device", _gib(self.kv_cache_bytes)),
         ("FLOPs / train step", "n/a" if self.step_flops is None
          else f"{self.step_flops:.3e} ({self.step_flops / self.num_devices:.3e} / device)"),
     ]
     width = max(len(r[0]) for r in rows)
+    micro = f"micro-batch {self.micro_batch_size}" if self.micro_batch_size else "no micro-batch"
     head = (f"Dry-run plan: {self.model} on mesh {mesh} ({self.num_devices} devices), "
-            f"batch {self.batch_size} x {self.seq_len} tokens")
-    return "\n".join([head] + [f"  {k:<{width}}  {v:>14}" for k, v in rows])
+            f"batch {self.batch_size} x {self.seq_len} tokens, {micro}, "
+            f"remat {'on' if self.remat else 'off'}")
+    lines = [head] + [f"  {k:<{width}}  {v:>14}" for k, v in rows]
+    if self.device_memory is not None:
+      need = max(self.train_bytes, self.sample_bytes)
+      verdict = "fits" if self.fits else "does NOT fit"
+      lines.append(f"  {verdict} {_gib(self.device_memory)} per device "
+                   f"(needs {_gib(need)}, {HEADROOM:.0%} usable)")
+      if not self.fits:
+        lines.append("  fits with: " + ("; ".join(self.suggestions) if self.suggestions
+                                         else "no setting tried (more devices or tensor:N)"))
+    return "\n".join(lines)
 
 
 def _gib(n: int) -> str:
@@ -97,21 +162,34 @@ def _param_shapes(cfg: DecoderConfig) -> tuple[tuple[tuple[int, ...], tuple], ..
 def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, seq_len: int,
          num_devices: int | None = None, param_dtype=jnp.float32, dtype=jnp.bfloat16,
          optimizer_states: int = 2, logprob_chunk: int = 128, remat: bool = False,
-         rules=RULES, compute_flops: bool = True) -> DryRunPlan:
+         micro_batch_size: int = 0, completion_len: int | None = None,
+         device_memory: int | None = None, rules=RULES, compute_flops: bool = True
+         ) -> DryRunPlan:
   """Memory and FLOPs of one training step of `model` on a (possibly absent) mesh.
 
-  Activations are estimated for a step without rematerialisation: per layer and token,
-  4·D residual/norm values, (2N+2K)·H/t attention values, 3·F/t MLP values in `dtype`, and
-  N/t·L float32 attention probabilities (t = tensor-parallel size), plus one chunk of logits.
-  With `remat=True` (`Decoder(..., remat=True)`) only each block's input is kept, plus one
-  block's activations while it is recomputed.
+  Per device, with b = rows of one micro-batch on the device, L = seq_len, D width, N / K
+  query / kv heads of size H, F the MLP width (N, K, F divided by t, the tensor-parallel size),
+  s = itemsize of `dtype`:
+
+  * layers, without remat: each layer keeps for its backward pass, per token,
+    (4·D + 2·(N+K)·H + 4·F)·s values and the N·L float32 attention probabilities;
+    with remat (`Decoder(remat=True)`) a layer keeps only its input (D·s per token) and
+    one layer at a time recomputes its values. The backward pass of one layer adds its
+    attention score gradients (2·N·L float32 per token).
+  * log-probs: one chunk of C = min(logprob_chunk, T) positions holds [b, C, V] float32
+    logits, probabilities and their gradient (3 buffers; the chunks are recomputed in the
+    backward pass), plus the chunk loop's own float32 gradient of the [V, D] unembedding.
+  * gradients: one copy of the parameters, two with gradient accumulation (the sum and the
+    slice's gradient).
+
+  Checked against XLA's memory analysis of the compiled update (tests/models).
 
   Args:
     model: a preset name or a `DecoderConfig`.
     mesh: mesh spec such as `data:2,fsdp:4` (see `sharding.make_mesh`); -1 fills
       `num_devices`.
-    batch_size: B, global sequences per step.
-    seq_len: L, tokens per sequence (also the KV-cache length).
+    batch_size: B, global sequences per optimizer update (the mini-batch).
+    seq_len: L, tokens per sequence, prompt and completion (also the KV-cache length).
     num_devices: devices of the planned slice (default: the spec's product, or all local
       devices when the spec has -1).
     param_dtype: storage dtype of parameters, gradients and optimizer state.
@@ -119,6 +197,11 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
     optimizer_states: copies of the parameters the optimizer keeps (AdamW: 2).
     logprob_chunk: positions per log-prob chunk.
     remat: the model recomputes blocks in the backward pass.
+    micro_batch_size: global rows per gradient-accumulation slice (`TrainConfig`), 0 = B.
+    completion_len: T, the scored completion tokens (default L).
+    device_memory: bytes of one device to plan against (default: `device_memory()` of the
+      attached accelerator, None on CPU); when the step does not fit, `suggestions` lists
+      micro-batch sizes, remat and meshes that do.
     rules: logical-axis rules.
     compute_flops: compile the step abstractly for its FLOPs (seconds for a 3B model).
 
@@ -129,43 +212,110 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
   cfg = get_config(model) if isinstance(model, str) else model
   if batch_size <= 0 or seq_len <= 0:
     raise ValueError(f"batch_size and seq_len must be positive, got {batch_size}, {seq_len}")
+  micro = micro_batch_size or batch_size
+  if micro < 0 or batch_size % micro:
+    raise ValueError(f"micro_batch_size={micro_batch_size} must divide batch_size={batch_size} "
+                     "(0 = the whole batch)")
   if num_devices is None:
     sizes = [int(s.split(":")[1]) for s in mesh.split(",") if ":" in s]
     num_devices = len(jax.devices()) if -1 in sizes else math.prod(sizes)
   axis_sizes = parse_mesh_spec(mesh, num_devices)
-  amesh = jax.sharding.AbstractMesh(tuple(axis_sizes[a] for a in MESH_AXES), MESH_AXES)
-
-  params = _param_shapes(cfg)
-  num_params = sum(math.prod(shape) for shape, _ in params)
-  param_bytes = sum(_local_bytes(shape, axes, amesh, param_dtype, rules)
-                    for shape, axes in params)
-
-  t = axis_sizes["tensor"]
-  b = -(-batch_size // (axis_sizes["data"] * axis_sizes["fsdp"]))
-  n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  n_t = -(-n // t) if n % t == 0 else n
-  k_t = -(-k // t) if k % t == 0 else k
-  f_t = cfg.intermediate_size // t if cfg.intermediate_size % t == 0 else cfg.intermediate_size
-  itemsize = jnp.dtype(dtype).itemsize
-  per_token_layer = (4 * cfg.hidden_size + 2 * (n_t + k_t) * h + 3 * f_t) * itemsize
-  per_token_layer += n_t * seq_len * 4
-  v_t = cfg.vocab_size // t if cfg.vocab_size % t == 0 else cfg.vocab_size
-  kept_layers = 1 if remat else cfg.num_layers
-  activation_bytes = (b * seq_len * kept_layers * per_token_layer
-                      + (cfg.num_layers if remat else 1) * b * seq_len * cfg.hidden_size * itemsize
-                      + 2 * b * min(logprob_chunk, seq_len) * v_t * 4)
-  kv_cache_bytes = 2 * cfg.num_layers * b * seq_len * k_t * h * itemsize
-
+  if device_memory is None:
+    device_memory = _attached_memory()
+  mem = _memory(cfg, axis_sizes, batch_size=batch_size, seq_len=seq_len, micro=micro,
+                param_dtype=param_dtype, dtype=dtype, optimizer_states=optimizer_states,
+                logprob_chunk=logprob_chunk, remat=remat, completion_len=completion_len,
+                rules=rules)
+  suggestions: tuple[str, ...] = ()
+  if device_memory is not None and not _fits(mem, device_memory):
+    suggestions = _suggest(cfg, axis_sizes, device_memory, batch_size=batch_size,
+                           seq_len=seq_len, remat=remat, param_dtype=param_dtype, dtype=dtype,
+                           optimizer_states=optimizer_states, logprob_chunk=logprob_chunk,
+                           completion_len=completion_len, rules=rules)
   flops = None
   if compute_flops:
     abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
                                               param_dtype=param_dtype))
     flops = _step_flops(abstract, batch_size, seq_len)
   return DryRunPlan(
-      model=name, mesh=axis_sizes, batch_size=batch_size, seq_len=seq_len,
-      num_params=num_params, param_bytes=param_bytes, grad_bytes=param_bytes,
-      optimizer_bytes=optimizer_states * param_bytes, activation_bytes=activation_bytes,
-      kv_cache_bytes=kv_cache_bytes, step_flops=flops)
+      model=name, mesh=axis_sizes, batch_size=batch_size, seq_len=seq_len, step_flops=flops,
+      micro_batch_size=micro_batch_size, remat=remat, device_memory=device_memory,
+      suggestions=suggestions, **mem)
+
+
+def _attached_memory() -> int | None:
+  try:
+    return device_memory()
+  except Exception:  # noqa: BLE001  (a backend without memory stats: no limit to plan for)
+    return None
+
+
+def _memory(cfg: DecoderConfig, axis_sizes: dict[str, int], *, batch_size: int, seq_len: int,
+            micro: int, param_dtype, dtype, optimizer_states: int, logprob_chunk: int,
+            remat: bool, completion_len: int | None, rules) -> dict[str, int]:
+  """The per-device byte counts of `plan` (see its docstring for the model)."""
+  amesh = jax.sharding.AbstractMesh(tuple(axis_sizes[a] for a in MESH_AXES), MESH_AXES)
+  params = _param_shapes(cfg)
+  num_params = sum(math.prod(shape) for shape, _ in params)
+  param_bytes = sum(_local_bytes(shape, axes, amesh, param_dtype, rules)
+                    for shape, axes in params)
+  t = axis_sizes["tensor"]
+  shards = axis_sizes["data"] * axis_sizes["fsdp"]
+  b = -(-micro // shards)                                          # rows of a slice per device
+  n, k, h, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size
+  n_t = n // t if n % t == 0 else n
+  k_t = k // t if k % t == 0 else k
+  f_t = cfg.intermediate_size // t if cfg.intermediate_size % t == 0 else cfg.intermediate_size
+  v_t = cfg.vocab_size // t if cfg.vocab_size % t == 0 else cfg.vocab_size
+  s = jnp.dtype(dtype).itemsize
+  tokens = b * seq_len
+  layer = (4 * d + 2 * (n_t + k_t) * h + 4 * f_t) * s + n_t * seq_len * 4   # kept per token
+  backward = 2 * n_t * seq_len * 4                                 # one layer's score grads
+  if remat:
+    activations = tokens * (cfg.num_layers * d * s + layer + backward)
+  else:
+    activations = tokens * (cfg.num_layers * layer + backward)
+  c = min(logprob_chunk, completion_len or seq_len)
+  unembed = _local_bytes((cfg.vocab_size, d), ("vocab", "embed"), amesh, jnp.float32, rules)
+  logprob = 3 * b * c * v_t * 4 + unembed
+  grad_bytes = param_bytes * (2 if micro < batch_size else 1)
+  kv_rows = -(-batch_size // shards)
+  kv_cache_bytes = 2 * cfg.num_layers * kv_rows * seq_len * k_t * h * s
+  return dict(num_params=num_params, param_bytes=param_bytes, grad_bytes=grad_bytes,
+              optimizer_bytes=optimizer_states * param_bytes, activation_bytes=activations,
+              logprob_bytes=logprob, kv_cache_bytes=kv_cache_bytes)
+
+
+def _fits(mem: dict[str, int], device_memory: int) -> bool:
+  train = (mem["param_bytes"] + mem["grad_bytes"] + mem["optimizer_bytes"]
+           + mem["activation_bytes"] + mem["logprob_bytes"])
+  sample = mem["param_bytes"] + mem["optimizer_bytes"] + mem["kv_cache_bytes"]
+  return max(train, sample) <= HEADROOM * device_memory
+
+
+def _suggest(cfg: DecoderConfig, axis_sizes: dict[str, int], device_memory: int, *,
+             batch_size: int, seq_len: int, remat: bool, **kw) -> tuple[str, ...]:
+  """Settings that fit, cheapest first: the largest micro-batch without remat, then with
+  remat, then (when nothing on this mesh fits) the smallest all-fsdp mesh that does."""
+  shards = axis_sizes["data"] * axis_sizes["fsdp"]
+  micros = [m for m in range(batch_size, 0, -1) if batch_size % m == 0 and m % shards == 0]
+  for use_remat in ((False, True) if not remat else (True,)):
+    for m in micros:
+      mem = _memory(cfg, axis_sizes, batch_size=batch_size, seq_len=seq_len, micro=m,
+                    remat=use_remat, **kw)
+      if _fits(mem, device_memory):
+        return (f"micro_batch_size={m}" + (" with remat" if use_remat else ""),)
+  total = math.prod(axis_sizes.values())
+  for devices in (2 ** i for i in range(1, 13)):
+    if devices <= total:
+      continue
+    sizes = {"data": 1, "fsdp": devices, "tensor": 1}
+    for m in (m for m in range(batch_size, 0, -1) if batch_size % m == 0 and m % devices == 0):
+      mem = _memory(cfg, sizes, batch_size=batch_size, seq_len=seq_len, micro=m, remat=True,
+                    **kw)
+      if _fits(mem, device_memory):
+        return (f"mesh fsdp:{devices} with remat and micro_batch_size={m}",)
+  return ()
 
 
 def _step_flops(abstract: Decoder, batch_size: int, seq_len: int) -> float:

@@ -73,3 +73,67 @@ def test_plan_rejects_bad_input():
     bm.plan("gpt5", batch_size=1, seq_len=1)
   with pytest.raises(ValueError, match="must be positive"):
     bm.plan("tiny", batch_size=0, seq_len=8)
+
+
+# -- the plan against XLA's memory analysis of the compiled update ---------------------------
+
+def _against_compiler(name, remat, batch_size=4, prompt_len=128, completion_len=384):
+  """(plan, compiled) temporaries and peaks of the update at 2 layers of a preset's real width.
+
+  float32 compute: XLA:CPU runs bfloat16 products in float32 through converted copies that an
+  accelerator does not make, so a bfloat16 step on CPU is not what the plan describes."""
+  import jax.numpy as jnp
+  from _update_memory import peak_bytes, update_memory
+  cfg = dataclasses.replace(bm.get_config(name), num_layers=2)
+  p = bm.plan(cfg, "fsdp:1", batch_size=batch_size, seq_len=prompt_len + completion_len,
+              completion_len=completion_len, dtype=jnp.float32, remat=remat,
+              compute_flops=False, device_memory=None)
+  m = update_memory(cfg, batch_size=batch_size, prompt_len=prompt_len,
+                    completion_len=completion_len, dtype=jnp.float32, remat=remat)
+  plan_temp = p.grad_bytes + p.activation_bytes + p.logprob_bytes
+  print(f"{name} remat={remat}: plan temp {plan_temp / 2**30:.3f} GiB, compiled "
+        f"{m.temp_size_in_bytes / 2**30:.3f}; plan total {p.train_bytes / 2**30:.3f} GiB, "
+        f"compiled {peak_bytes(m) / 2**30:.3f}")
+  return plan_temp / m.temp_size_in_bytes, p.train_bytes / peak_bytes(m)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_plan_agrees_with_the_compiled_update(remat):
+  temp, total = _against_compiler("qwen2.5-3b", remat)
+  assert 0.8 < temp < 1.2 and 0.8 < total < 1.2, (temp, total)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("name", ["qwen2.5-3b", "smollm3-3b", "phi-4-mini-reasoning"])
+def test_plan_agrees_with_the_compiled_update_for_every_target_preset(name, remat):
+  temp, total = _against_compiler(name, remat, batch_size=8, prompt_len=256,
+                                  completion_len=768)
+  assert 0.8 < temp < 1.2 and 0.8 < total < 1.2, (temp, total)
+
+
+def test_plan_says_whether_it_fits_and_what_would():
+  gib = 1 << 30
+  big = bm.plan("qwen2.5-3b", "fsdp:8", batch_size=64, seq_len=1408, completion_len=1024,
+                device_memory=16 * gib, compute_flops=False)
+  assert big.fits is False and big.suggestions
+  assert "does NOT fit 16.00 GiB" in str(big) and "fits with: " in str(big)
+  # the first suggestion fits when applied
+  tip = big.suggestions[0]
+  micro = int(tip.split("micro_batch_size=")[1].split()[0])
+  fixed = bm.plan("qwen2.5-3b", "fsdp:8", batch_size=64, seq_len=1408, completion_len=1024,
+                  device_memory=16 * gib, remat="remat" in tip, micro_batch_size=micro,
+                  compute_flops=False)
+  assert fixed.fits is True and "fits 16.00 GiB" in str(fixed)
+  # micro-batching shrinks activations in proportion and adds a gradient accumulator
+  half = bm.plan("qwen2.5-3b", "fsdp:8", batch_size=64, seq_len=1408, micro_batch_size=32,
+                 compute_flops=False)
+  full = bm.plan("qwen2.5-3b", "fsdp:8", batch_size=64, seq_len=1408, compute_flops=False)
+  assert abs(half.activation_bytes / full.activation_bytes - 0.5) < 1e-9
+  assert half.grad_bytes == 2 * full.grad_bytes
+  assert bm.plan("tiny", batch_size=8, seq_len=32, compute_flops=False).fits is None
+  with pytest.raises(ValueError, match="micro_batch_size=3 must divide batch_size=8"):
+    bm.plan("tiny", batch_size=8, seq_len=32, micro_batch_size=3, compute_flops=False)
+  from botjax.models.plan import device_memory
+  assert device_memory("TPU v5 lite") == 16 * gib and device_memory("NVIDIA H200") == 140 * gib
+  assert device_memory("a device nobody knows") is None
