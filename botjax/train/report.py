@@ -10,13 +10,32 @@ import numpy as np
 from botjax.plotting import series, steps_to_threshold
 
 
+def standard_error(xs: Sequence[float]) -> float:
+  """Standard error of the mean of N >= 2 values [N]: sample std (ddof=1) / sqrt(N)."""
+  xs = np.asarray(xs, dtype=float)
+  if xs.size < 2:
+    raise ValueError(f"the standard error needs at least 2 values, got {xs.size}")
+  return float(xs.std(ddof=1) / np.sqrt(xs.size))
+
+
+def mean_se(xs: Sequence[float], digits: int = 3) -> str:
+  """'mean ± standard error' of values [N] (`standard_error`); the value alone when N = 1."""
+  if len(xs) == 0:
+    raise ValueError("no values")
+  if len(xs) == 1:
+    return f"{float(xs[0]):.{digits}f}"
+  return f"{float(np.mean(xs)):.{digits}f} ± {standard_error(xs):.{digits}f}"
+
+
 def summary_table(runs: Mapping[str, Sequence[Sequence[Mapping]]], *, key: str = "eval/accuracy",
                   thresholds: Sequence[float] = (), baseline: float | None = None) -> str:
-  """Markdown table: per algorithm, start/final/best `key` (mean ± std over seeds) and steps to
-  each threshold (median over seeds; '—' when a seed never reaches it)."""
+  """Markdown table: per algorithm, start/final/best `key` and the gain (mean ± standard error
+  over its N seeds, the `seeds` column; the value alone for one seed) and steps to each threshold
+  (median over seeds; '—' when a seed never reaches it). A line under the table says so."""
   head = ["algorithm", "seeds", "start", "final", "best", "gain"]
   head += [f"steps to {t:g}" for t in thresholds]
   rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  counts: set[int] = set()
   for name, seeds in runs.items():
     starts, finals, bests, reach = [], [], [], {t: [] for t in thresholds}
     for recs in seeds:
@@ -30,7 +49,7 @@ def summary_table(runs: Mapping[str, Sequence[Sequence[Mapping]]], *, key: str =
         reach[t].append(steps_to_threshold(recs, key, t))
     if not finals:
       continue
-    fmt = lambda xs: f"{np.mean(xs):.3f} ± {np.std(xs):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
+    fmt = mean_se
     gain = [f - s for f, s in zip(finals, starts)]
     cells = [name, str(len(finals)), fmt(starts), fmt(finals), fmt(bests), fmt(gain)]
     for t in thresholds:
@@ -39,7 +58,15 @@ def summary_table(runs: Mapping[str, Sequence[Sequence[Mapping]]], *, key: str =
           f"{int(np.median(hits))} ({len(hits)}/{len(reach[t])} seeds)" if hits else "—")
       cells.append(cell)
     rows.append("| " + " | ".join(cells) + " |")
-  return "\n".join(rows)
+    counts.add(len(finals))
+  if not counts:
+    return "\n".join(rows)
+  n = f"{counts.pop()}" if len(counts) == 1 else "N (the seeds column)"
+  note = ("one seed per row: values of that seed, no error bars" if n == "1" else
+          f"start / final / best / gain: mean ± standard error over {n} seeds "
+          "(sample std, ddof=1, / √N; a row with one seed shows its value alone); steps to a "
+          "threshold: median over seeds")
+  return "\n".join(rows) + f"\n\n{note}."
 
 
-__all__ = ["series", "steps_to_threshold", "summary_table"]
+__all__ = ["mean_se", "series", "standard_error", "steps_to_threshold", "summary_table"]
