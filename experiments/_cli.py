@@ -1,6 +1,6 @@
-"""Wiring shared by the experiment scripts: user errors, multi-host flags, checkpoints, dry-run
-plans, finished-run reuse and the absl entry point. Imports of botjax stay inside the functions
-so that `--help` answers without loading JAX."""
+"""Wiring shared by the experiment scripts: user errors, multi-host flags, checkpoints (from the HF
+cache, or downloaded), dry-run plans, finished-run reuse and the absl entry point. Imports of
+botjax stay inside the functions so that `--help` answers without loading JAX."""
 
 import json
 import os
@@ -40,19 +40,26 @@ def start_distributed(FLAGS) -> None:
     raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
 
 
-def local_checkpoint(checkpoint: str, model: str, repo: str | None) -> str:
-  """--checkpoint, else the preset's repo in the local HF cache (never downloaded)."""
+def define_offline_flag() -> None:
+  flags.DEFINE_bool("offline", False, "Never download: weights and data come from the HF cache "
+                    "only (as HF_HUB_OFFLINE=1, which is honoured too).")
+
+
+def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bool = False) -> str:
+  """--checkpoint, else the preset's Hub repo: from the HF cache, downloaded into it (with a
+  progress bar) when missing, unless --offline or HF_HUB_OFFLINE=1."""
   from botjax import models
+  if offline:
+    os.environ["HF_HUB_OFFLINE"] = "1"   # tokenizer and data loaders stay in the cache too
   source = checkpoint or repo
   if not source:
     raise UserError(f"no known HF repo for --model={model}; pass --checkpoint=DIR")
   try:
-    return models.resolve_checkpoint(source, local_files_only=True)
+    return models.resolve_checkpoint(source, local_files_only=True if offline else None)
   except FileNotFoundError as e:
-    raise UserError(f"{e}\nProvide the weights: pass --checkpoint=/local/hf/dir (config.json, "
-                    f"*.safetensors, tokenizer files), or run `huggingface-cli download "
-                    f"{repo or '<repo id>'}` where there is network and copy the HF cache here "
-                    "(HF_HUB_CACHE).") from None
+    raise UserError(f"{e}\n(--checkpoint=DIR takes a local checkpoint directory; without it "
+                    f"the weights are {repo or 'the preset repo'} from the Hugging Face "
+                    "Hub.)") from None
 
 
 def plan_text(model: str, mesh: str, cfg) -> str:
