@@ -10,7 +10,7 @@
 
 Runs are `{name: [records of seed 0, records of seed 1, ...]}`, each record a `MetricsWriter` row
 `{"step": int, key: value, ...}`. Curves are seed means at the steps every seed logged, with a
-min–max or ±std band; thresholds mark where each run's mean first reaches them. The figures
+min–max, ± standard error or ±std band (per-step metrics optionally as rolling means); thresholds mark where each run's mean first reaches them. The figures
 follow BoT-GRPO (arXiv 2610.09804): metric against step with threshold crossings (Figs. 1, 3),
 win-rate bars split into wins and ties (Fig. 2).
 
@@ -33,6 +33,15 @@ Runs = dict[str, list[list[dict]]]
 SEED_SUFFIX = re.compile(r"-seed\d+$")
 PASSK = re.compile(r"^eval/pass@(\d+)$")
 WIN_RATE_KEYS = ("win_rate", "tie_rate", "wins", "n")
+BANDS = {"minmax": "min–max over seeds", "se": "± standard error over seeds",
+         "std": "± std over seeds", "none": "no band"}
+# Recipe families of `botjax.algorithms`: the recipes whose advantage reads the step verdicts,
+# and the ones that see only the sequence reward. `plot_runs` draws one row of panels per family.
+RECIPE_FAMILIES = {
+    "step-reading recipes": ("bot_grpo", "bot_gspo", "bot_dapo", "bot_pure", "pure", "verigate",
+                             "process_grpo", "grpo_stepmean"),
+    "sequence-only recipes": ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reco", "bppo"),
+}
 
 
 class PlotError(ValueError):
@@ -166,27 +175,44 @@ def _require_metric(runs, key: str) -> None:
 
 # -- curves and thresholds ---------------------------------------------------------------------
 
-def mean_curve(seeds: Sequence[Sequence[Mapping]], key: str, *, band: str = "minmax"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def rolling_mean(values: Sequence[float], window: int) -> np.ndarray:
+  """Trailing rolling mean of values [N] -> [N]: out[i] = mean(values[max(0, i - window + 1):i + 1])
+  (the first window - 1 points average the values so far). window = 1 returns the values."""
+  if int(window) != window or window < 1:
+    raise PlotError(f"the rolling-mean window must be a positive integer, got {window!r}")
+  v = np.asarray(values, dtype=float)
+  if window == 1 or not v.size:
+    return v.copy()
+  c = np.concatenate([[0.0], np.cumsum(v)])
+  i = np.arange(1, v.size + 1)
+  lo = np.maximum(i - int(window), 0)
+  return (c[i] - c[lo]) / (i - lo)
+
+
+def mean_curve(seeds: Sequence[Sequence[Mapping]], key: str, *, band: str = "minmax",
+               smooth: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """Mean of `key` over seeds at the steps every seed logged, with a band.
 
   Args:
     seeds: S lists of records (one per seed) of one run.
     key: the metric.
-    band: "minmax" (min and max over seeds), "std" (mean ± population std) or "none".
+    band: "minmax" (min and max over seeds), "se" (mean ± standard error: sample std with
+      ddof=1 / sqrt(S); no band for one seed), "std" (mean ± population std) or "none".
+    smooth: each seed's values are first replaced by their trailing rolling mean over this many
+      logged points (`rolling_mean`); 1 leaves them as logged.
 
   Returns:
     (steps [N], mean [N], lo [N], hi [N]); N = 0 when no seed logs `key`. Seeds that have not
     logged a step yet (a run still going) cut the curve at their last common step.
   """
-  if band not in ("minmax", "std", "none"):
-    raise PlotError(f"band must be minmax, std or none, got {band!r}")
+  if band not in BANDS:
+    raise PlotError(f"band must be one of {', '.join(BANDS)}, got {band!r}")
   curves = []
   for recs in seeds:
     by_step = dict(zip(*(a.tolist() for a in series(recs, key))))   # a repeated step: last wins
     if by_step:
       s = np.asarray(sorted(by_step))
-      curves.append((s, np.asarray([by_step[x] for x in s.tolist()], dtype=float)))
+      curves.append((s, rolling_mean([by_step[x] for x in s.tolist()], smooth)))
   if not curves:
     empty = np.zeros((0,))
     return empty, empty, empty, empty
@@ -199,6 +225,9 @@ def mean_curve(seeds: Sequence[Sequence[Mapping]], key: str, *, band: str = "min
     lo, hi = vals.min(0), vals.max(0)
   elif band == "std":
     lo, hi = mean - vals.std(0), mean + vals.std(0)
+  elif band == "se" and len(vals) > 1:
+    se = vals.std(0, ddof=1) / np.sqrt(len(vals))
+    lo, hi = mean - se, mean + se
   else:
     lo, hi = mean, mean
   return steps.astype(int), mean, lo, hi
@@ -250,17 +279,21 @@ def _save(fig, path, *, dpi: int = 150):
 
 
 def draw_metric(ax, runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str, *,
-                thresholds: Sequence[float] = (), band: str = "minmax", label: str = "") -> None:
+                thresholds: Sequence[float] = (), band: str = "minmax", label: str = "",
+                smooth: int = 1, colors: Mapping[str, str] | None = None) -> None:
   """Draws `key` against step on a matplotlib axes: a mean line per run, its seed band, a grey
   dotted line per threshold, and per run a marker plus a dotted vertical line at the step where
-  its mean first reaches each threshold (annotated with the step)."""
+  its mean first reaches each threshold (annotated with the step). With smooth > 1 each seed's
+  curve is a trailing rolling mean over `smooth` logged steps (`mean_curve`) and the y label
+  says so. `colors` fixes a run's colour (the same recipe keeps its colour across panels)."""
   for i, (name, seeds) in enumerate(runs.items()):
-    steps, mean, lo, hi = mean_curve(seeds, key, band=band)
+    steps, mean, lo, hi = mean_curve(seeds, key, band=band, smooth=smooth)
     if not steps.size:
       continue
     n_seeds = sum(1 for recs in seeds if series(recs, key)[0].size)
     tag = f"{name} ({n_seeds} seeds)" if n_seeds > 1 else name
-    line, = ax.plot(steps, mean, label=tag, marker="o" if steps.size < 25 else None, ms=3)
+    line, = ax.plot(steps, mean, label=tag, marker="o" if steps.size < 25 else None, ms=3,
+                    color=(colors or {}).get(name))
     color = line.get_color()
     if n_seeds > 1 and band != "none":
       ax.fill_between(steps, lo, hi, alpha=0.2, color=color, lw=0)
@@ -274,7 +307,7 @@ def draw_metric(ax, runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str, *
   for t in thresholds:
     ax.axhline(t, color="grey", ls=":", lw=0.8)
   ax.set_xlabel("RL step")
-  ax.set_ylabel(label or key)
+  ax.set_ylabel((label or key) + (f"\n(rolling mean over {smooth} steps)" if smooth > 1 else ""))
   ax.grid(alpha=0.3)
   if ax.get_legend_handles_labels()[0]:
     ax.legend(fontsize=8)
@@ -427,19 +460,70 @@ def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
   return out
 
 
+def recipe_families(names: Sequence[str]) -> dict[str, list[str]]:
+  """Groups run names by `RECIPE_FAMILIES` (in that order; a family with no run is left out);
+  names of no family go to "other recipes"."""
+  out: dict[str, list[str]] = {}
+  for name in names:
+    fam = next((f for f, members in RECIPE_FAMILIES.items() if name in members), "other recipes")
+    out.setdefault(fam, []).append(name)
+  order = [*RECIPE_FAMILIES, "other recipes"]
+  return {f: out[f] for f in order if f in out}
+
+
+def runs_figure(runs: Mapping[str, Sequence[Sequence[Mapping]]], *,
+                keys: Sequence[tuple[str, str]] = (("eval/accuracy", "held-out accuracy"),
+                                                   ("reward_mean", "mean reward")),
+                title: str = "", thresholds: Sequence[float] = (), band: str = "minmax",
+                smooth: int = 10, max_per_panel: int = 5,
+                families: Mapping[str, Sequence[str]] | None = None):
+  """The figure of `plot_runs`, not yet saved: (matplotlib figure, axes [F, K]).
+
+  One column per (key, label) of `keys`; one row per recipe family (`recipe_families`, or
+  `families` {row title: run names}) when there are more than `max_per_panel` runs, else a single
+  row. Per-step keys (any key not starting with "eval/") are trailing rolling means over `smooth`
+  steps, the window named in the y label; held-out evaluations ("eval/...", every N steps) are
+  drawn as logged. Bands as `band` (`BANDS`), named in the title. `thresholds` are marked on the
+  first column. A run keeps its colour in every panel.
+  """
+  if families is None:
+    families = (recipe_families(list(runs)) if len(runs) > max_per_panel
+                else {"": list(runs)})
+  unknown = [n for names in families.values() for n in names if n not in runs]
+  if unknown:
+    raise PlotError(f"families name runs that are not there: {unknown}; runs: {list(runs)}")
+  palette = [f"C{i}" for i in range(10)] + ["black", "tab:olive", "tab:cyan", "gold", "navy",
+                                            "maroon", "lime", "teal", "orchid", "sienna"]
+  colors = {n: palette[i % len(palette)] for i, n in enumerate(runs)}
+  plt = _pyplot()
+  rows = len(families)
+  fig, axes = plt.subplots(rows, len(keys), figsize=(5.5 * len(keys), 4 * rows), squeeze=False,
+                           sharex="col", sharey="col")
+  for r, (family, names) in enumerate(families.items()):
+    sub = {n: runs[n] for n in names}
+    for c, (key, label) in enumerate(keys):
+      ax = axes[r, c]
+      draw_metric(ax, sub, key, thresholds=thresholds if c == 0 else (), band=band, label=label,
+                  smooth=1 if key.startswith("eval/") else smooth, colors=colors)
+      if family:
+        ax.set_title(family)
+  n_seeds = {sum(1 for recs in seeds if recs) for seeds in runs.values()}
+  what = ("one seed" if n_seeds == {1} else f"mean over seeds, band: {BANDS[band]}")
+  fig.suptitle(f"{title} ({what})" if title else what)
+  return fig, axes
+
+
 def plot_runs(runs: Mapping[str, Sequence[Sequence[Mapping]]], path: str, *,
               keys: Sequence[tuple[str, str]] = (("eval/accuracy", "held-out accuracy"),
                                                  ("reward_mean", "mean reward")),
-              title: str = "", thresholds: Sequence[float] = (), band: str = "minmax") -> str:
-  """One panel per (key, label) of `keys`, each drawn by `draw_metric` (seed mean and band;
-  `thresholds` marked on the first panel); saves the figure to `path` and returns it. A key no
-  run logs leaves its panel empty."""
-  plt = _pyplot()
-  fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
-  for i, (ax, (key, label)) in enumerate(zip(axes[0], keys)):
-    draw_metric(ax, runs, key, thresholds=thresholds if i == 0 else (), band=band, label=label)
-  if title:
-    fig.suptitle(title)
+              title: str = "", thresholds: Sequence[float] = (), band: str = "minmax",
+              smooth: int = 10, max_per_panel: int = 5,
+              families: Mapping[str, Sequence[str]] | None = None) -> str:
+  """Draws `runs_figure` (one column per key, one row per recipe family when there are more than
+  `max_per_panel` runs; per-step keys as rolling means over `smooth` steps) and saves it to
+  `path`; returns `path`. A key no run logs leaves its panel empty."""
+  fig, _ = runs_figure(runs, keys=keys, title=title, thresholds=thresholds, band=band,
+                       smooth=smooth, max_per_panel=max_per_panel, families=families)
   return _save(fig, path, dpi=120)
 
 
@@ -560,7 +644,8 @@ def plot_win_rate_curve(curves: Mapping[str, Sequence[tuple[int, float, float]]]
 
 __all__ = [
     "PlotError", "Runs", "series", "steps_to_threshold", "run_name", "load_records", "load_runs",
-    "available_metrics", "mean_curve", "first_crossing", "threshold_crossings", "draw_metric",
+    "available_metrics", "rolling_mean", "mean_curve", "recipe_families", "runs_figure",
+    "RECIPE_FAMILIES", "BANDS", "first_crossing", "threshold_crossings", "draw_metric",
     "plot_metric", "plot_runs", "passk_keys", "plot_passk", "load_win_rates", "plot_win_rates",
     "plot_compile_rate", "plot_win_rate_curve",
 ]

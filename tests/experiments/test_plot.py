@@ -263,3 +263,61 @@ def test_plot_compile_rate_draws_the_runs(tmp_path):
 
 def test_plotting_imports_neither_matplotlib_nor_jax():
   assert imported(["botjax", "botjax.plotting"], ["matplotlib", "jax", "flax"]) == []
+
+
+def _rolling_loop(v, w):
+  return np.array([np.mean(v[max(0, i - w + 1):i + 1]) for i in range(len(v))])
+
+
+def test_rolling_mean_equals_a_numpy_trailing_mean():
+  v = np.random.default_rng(0).normal(size=37)
+  for w in (1, 3, 10, 50):
+    np.testing.assert_allclose(plot.rolling_mean(v, w), _rolling_loop(v, w))
+  # past the first window it is the plain moving average np.convolve gives
+  np.testing.assert_allclose(plot.rolling_mean(v, 10)[9:], np.convolve(v, np.ones(10) / 10, "valid"))
+  with pytest.raises(plot.PlotError, match="positive integer, got 0"):
+    plot.rolling_mean(v, 0)
+
+
+def test_mean_curve_smooths_each_seed_and_gives_a_standard_error_band():
+  rng = np.random.default_rng(1)
+  vals = rng.normal(size=(3, 30))
+  seeds = [[{"step": s, "reward_mean": float(x)} for s, x in enumerate(row)] for row in vals]
+  _, mean, lo, hi = plot.mean_curve(seeds, "reward_mean", band="se", smooth=10)
+  sm = np.stack([_rolling_loop(row, 10) for row in vals])
+  np.testing.assert_allclose(mean, sm.mean(0))
+  np.testing.assert_allclose(hi - mean, sm.std(0, ddof=1) / np.sqrt(3))
+  np.testing.assert_allclose(mean - lo, hi - mean)
+
+
+def test_many_recipes_split_into_family_panels_with_smoothed_rewards(tmp_path):
+  rng = np.random.default_rng(2)
+  names = ["grpo", "bot_grpo", "dapo", "gspo", "grpo_stepmean", "process_grpo", "rloo", "mystery"]
+  runs = {n: [[{"step": s, "reward_mean": float(rng.normal()),
+                **({"eval/accuracy": 0.1 * s / 10} if s % 10 == 0 else {})} for s in range(41)]
+              for _ in range(2)] for n in names}
+  fig, axes = plot.runs_figure(runs, title="cmp", band="se", smooth=10)
+  assert axes.shape == (3, 2)
+  assert [ax.get_title() for ax in axes[:, 0]] == ["step-reading recipes", "sequence-only recipes",
+                                                   "other recipes"]
+  legend = lambda ax: [t.get_text() for t in ax.get_legend().get_texts()]
+  assert legend(axes[0, 1]) == ["bot_grpo (2 seeds)", "grpo_stepmean (2 seeds)",
+                                "process_grpo (2 seeds)"]
+  assert legend(axes[1, 0]) == ["grpo (2 seeds)", "dapo (2 seeds)", "gspo (2 seeds)",
+                                "rloo (2 seeds)"]
+  assert "rolling mean over 10 steps" in axes[0, 1].get_ylabel()
+  assert "rolling mean" not in axes[0, 0].get_ylabel()           # held-out accuracy as logged
+  assert "standard error" in fig._suptitle.get_text()
+  # the drawn reward line of bot_grpo is the seed mean of the NumPy rolling means
+  line = axes[0, 1].get_lines()[0]
+  want = np.mean([_rolling_loop([r["reward_mean"] for r in recs], 10) for recs in runs["bot_grpo"]], 0)
+  np.testing.assert_allclose(line.get_ydata(), want)
+  np.testing.assert_allclose(axes[0, 0].get_lines()[0].get_xdata(), [0, 10, 20, 30, 40])
+  plot._pyplot().close(fig)
+  out = plot.plot_runs(runs, str(tmp_path / "all.png"), title="cmp", band="se")
+  _check_png(out, min_w=1000, min_h=1200)
+  # up to five recipes stay in one row
+  few = {n: runs[n] for n in names[:3]}
+  fig, axes = plot.runs_figure(few)
+  assert axes.shape == (1, 2)
+  plot._pyplot().close(fig)
