@@ -34,6 +34,8 @@ BATCH = ["ab", "raise", "abcd", "hang", "nan", "abc"]
 def _check_batch(results, fallback):
   assert [r.reward for r in results] == [2.0, fallback, 4.0, fallback, fallback, 3.0]
   assert [r.failed for r in results] == [False, True, False, True, True, False]
+  # none of these is the model's fault: flagged for the trainer to keep out of the loss
+  assert [r.infra_failure for r in results] == [False, True, False, True, True, False]
   assert "ValueError: bad item" in results[1].error
   assert "timed out" in results[3].error
   assert "non-finite" in results[4].error
@@ -125,3 +127,11 @@ def test_idle_process_worker_killed_between_batches():
     results = pool(["p"] * 2, ["abc", "a"], [{}] * 2)
     assert [r.reward for r in results] == [3.0, 1.0] and not any(r.failed for r in results)
     assert pool.metrics()["worker_restarts"] == 1
+
+
+def test_pool_gives_its_functions_spec():
+  from botjax.rewards import MathReward, RewardSpec
+  with RewardPool(MathReward(None), kind="inline") as pool:
+    assert pool.spec == MathReward(None).spec
+  with RewardPool(SCORER, kind="inline") as pool:
+    assert pool.spec == RewardSpec()

@@ -9,6 +9,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -57,9 +58,10 @@ def env(tmp_path_factory):
   reward.close()
 
 
-def fixed_rollouts(tok, results, spec, pad_id):
-  """The rows of GROUPS as `Rollouts` (byte-level tokens, offsets from the tokenizer)."""
-  texts = [TEXTS[k] for group in GROUPS for k in group]
+def fixed_rollouts(tok, results, spec, pad_id, texts=None):
+  """The rows of GROUPS (or `texts`, P groups of G) as `Rollouts` (byte-level tokens, offsets
+  from the tokenizer)."""
+  texts = texts or [TEXTS[k] for group in GROUPS for k in group]
   ids, offsets = [], []
   for text in texts:
     row = tok(text, add_special_tokens=False)["input_ids"]
@@ -237,3 +239,66 @@ def test_undeclared_signals_and_a_missing_verifier_are_errors():
       [RewardResult(3.2, components={"answer": 1.0}), RewardResult(0.2, components={"answer": 0.0}),
        RewardResult(0.0, failed=True)])
   np.testing.assert_array_equal(v, [1.0, 0.0, 0.0])
+
+
+class SlowOnSome:
+  """Scores len(completion) mod 5 (accuracy: > 2); hangs on rows whose metadata says so."""
+
+  spec = RewardSpec(verifier="answer")
+
+  def __call__(self, prompts, completions, metadata):
+    out = []
+    for c, m in zip(completions, metadata):
+      if m.get("hang"):
+        time.sleep(5.0)
+      score = float(len(c) % 5)
+      out.append(RewardResult(score, components={"answer": float(score > 2)}))
+    return out
+
+
+def grpo_oracle(rewards, groups, valid, eps=1e-6):
+  """GRPO (DeepSeekMath, arXiv 2402.03300, §4.1.2) over the valid rows of each group, Bessel std."""
+  adv = np.zeros(len(rewards))
+  for g in np.unique(groups):
+    rows = [b for b in np.flatnonzero(groups == g) if valid[b]]
+    r = np.asarray([rewards[b] for b in rows], np.float64)
+    if len(rows) < 2 or np.all(r == r[0]):
+      continue
+    for b, x in zip(rows, r):
+      adv[b] = (x - r.mean()) / (r.std(ddof=1) + eps)
+  return adv
+
+
+def test_worker_timeouts_are_kept_out_of_the_loss_and_of_the_group_statistics(env, tmp_path):
+  """Rows whose reward worker times out (a real pool timeout) carry no loss, enter no group's
+  mean or std, and are counted; the other rows get GRPO over the rows that were scored."""
+  tok = env["tok"]
+  texts = ["7 + 1 = 8", "3 + 4 = 7 then 7 - 2 = 5", "1 + 1", "9", "2 + 2 = 4", "22 - 11 = 11",
+           "5 + 5 = 10", "8 - 3"]
+  meta = [{"hang": b in (1, 6)} for b in range(P * G)]
+  cfg = dataclasses.replace(_train_config(tmp_path), recipe="grpo",
+                            reward=C.RewardConfig(workers=4, timeout_s=0.5, kind="thread"))
+  trainer = RLTrainer(cfg, model=models.Decoder(env["cfg"], rngs=nnx.Rngs(0)), tokenizer=tok,
+                      prompts=ListPrompts(RECORDS), reward_fn=SlowOnSome())
+  try:
+    results = trainer.pool([""] * len(texts), texts, meta)
+    assert [r.infra_failure for r in results] == [m["hang"] for m in meta]
+    assert "timed out" in results[1].error
+    roll, _ = fixed_rollouts(tok, results, trainer.reward_spec, trainer.pad_id, texts=texts)
+    adv = np.asarray(trainer.build_batch(roll)[0].advantages)[:, :roll.tokens.shape[1]]
+    loss_mask = np.asarray(trainer.build_batch(roll)[0].loss_mask)
+  finally:
+    trainer.close()
+  hung = np.asarray([m["hang"] for m in meta])
+  np.testing.assert_array_equal(roll.infra, hung)
+  assert not roll.mask[hung].any() and not loss_mask[hung].any()
+  np.testing.assert_array_equal(roll.group_ids, np.where(hung, P, np.repeat(np.arange(P), G)))
+  scores = np.asarray([len(t) % 5 for t in texts], np.float64)
+  want = grpo_oracle(scores, np.repeat(np.arange(P), G), ~hung)
+  for b in range(P * G):
+    np.testing.assert_allclose(adv[b][roll.mask[b]], want[b], rtol=1e-5, atol=1e-6)
+  assert np.abs(want).max() > 0
+  # scoring the lost rows with the fallback (0) instead would have moved the others' advantages
+  fallback = np.where(hung, 0.0, scores)
+  assert np.abs(grpo_oracle(fallback, np.repeat(np.arange(P), G), np.ones(P * G, bool))
+                - want)[~hung].max() > 0.1
