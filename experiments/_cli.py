@@ -62,13 +62,41 @@ def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bo
                     "Hub.)") from None
 
 
-def plan_text(model: str, mesh: str, cfg) -> str:
-  """The dry-run memory/FLOPs plan of one training step of `cfg` (a TrainConfig)."""
+def define_memory_flags() -> None:
+  flags.DEFINE_bool("remat", None, "Recompute each decoder block in the backward pass (less "
+                    "memory, ~1/3 more compute); default: the experiment's choice for --model.")
+  flags.DEFINE_integer("micro_batch_size", None, "Rows per gradient-accumulation slice "
+                       "(the update is the same; 0 = the whole mini-batch); default: the "
+                       "experiment's choice for --model.")
+  flags.DEFINE_float("device_memory", None, "GiB per device that --dry_run plans against "
+                     "(default: the attached accelerator's, none on CPU).")
+
+
+def memory_settings(cfg, FLAGS):
+  """`cfg` (a TrainConfig) with --remat / --micro_batch_size applied when given."""
+  import dataclasses
+  if FLAGS.remat is not None:
+    cfg = dataclasses.replace(cfg, remat=FLAGS.remat)
+  if FLAGS.micro_batch_size is not None:
+    cfg = dataclasses.replace(cfg, micro_batch_size=FLAGS.micro_batch_size)
+  return cfg
+
+
+def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None, *,
+              compute_flops: bool = True) -> str:
+  """The dry-run memory/FLOPs plan of one update of `cfg` (a TrainConfig) on `mesh`, and whether
+  it fits `device_memory_gib` (default: the attached accelerator's memory). The experiments load
+  their models with float32 parameters and computation (`load_pretrained`'s defaults)."""
+  import jax.numpy as jnp
   from botjax import models
   r = cfg.rollout
-  return user(lambda: str(models.plan(model, mesh, batch_size=r.prompts_per_step * r.group_size,
-                                      seq_len=r.max_prompt_tokens + r.max_new_tokens,
-                                      logprob_chunk=cfg.logprob_chunk)))
+  rows = r.prompts_per_step * r.group_size // max(cfg.mini_batches, 1)
+  memory = None if device_memory_gib is None else int(device_memory_gib * (1 << 30))
+  return user(lambda: str(models.plan(
+      model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
+      completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,
+      remat=bool(cfg.remat), micro_batch_size=cfg.micro_batch_size, device_memory=memory,
+      compute_flops=compute_flops)))
 
 
 def refuse_rerun(workdir: str, resume: bool) -> None:

@@ -66,6 +66,7 @@ flags.DEFINE_string("strategy", "error_propagation", "Step-judging strategy (bot
 flags.DEFINE_integer("window", 3, "Steps per judged unit.")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
 _cli.define_distributed_flags()
+_cli.define_memory_flags()
 _cli.define_offline_flag()
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
@@ -85,14 +86,16 @@ def train_config(tiny):
         recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir,
         optim=config_lib.OptimConfig(learning_rate=5e-7),
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=384,
-                                         max_new_tokens=1024))
+                                         max_new_tokens=1024),
+        # fits a v5e-8 (16 GiB per chip, fsdp:8) and one 80 GB GPU: see --dry_run's plan
+        remat=True, micro_batch_size=8)
   from botjax import algorithms
   # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
   # so that BoT-GRPO with w_s = 0 is exactly GRPO; --set=recipe.grpo_ddof=1 for Bessel's.
   overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
   cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every,
                             recipe_overrides=tuple(overrides.items()))
-  return config_lib.apply_overrides(cfg, FLAGS.set)
+  return config_lib.apply_overrides(_cli.memory_settings(cfg, FLAGS), FLAGS.set)
 
 
 def data_config(tiny):
@@ -237,7 +240,7 @@ def run():
   print("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False))
   print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
   if FLAGS.dry_run:
-    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg))
+    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg, FLAGS.device_memory))
     return
   if not FLAGS.eval_only:
     _cli.refuse_rerun(cfg.workdir, FLAGS.resume)

@@ -102,6 +102,7 @@ flags.DEFINE_bool("blank_is_failure", False, "Count a blank page (renders, nothi
 flags.DEFINE_float("compare_temperature", 0.0, "Sampling temperature of --compare rollouts (0: greedy).")
 flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
 _cli.define_distributed_flags()
+_cli.define_memory_flags()
 _cli.define_offline_flag()
 
 
@@ -123,14 +124,16 @@ def train_config(tiny):
         optim=config_lib.OptimConfig(learning_rate=5e-7),
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=512,
                                          max_new_tokens=2048),
-        reward=config_lib.RewardConfig(workers=8, timeout_s=300.0, kind="thread"))
+        reward=config_lib.RewardConfig(workers=8, timeout_s=300.0, kind="thread"),
+        # fits a v5e-8 (16 GiB per chip, fsdp:8) and one 80 GB GPU: see --dry_run's plan
+        remat=True, micro_batch_size=8)
   from botjax import algorithms
   # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
   # so that BoT-GRPO with w_s = 0 is exactly GRPO; --set=recipe.grpo_ddof=1 for Bessel's.
   overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
   cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every,
                             recipe_overrides=tuple(overrides.items()))
-  return config_lib.apply_overrides(cfg, FLAGS.set)
+  return config_lib.apply_overrides(_cli.memory_settings(cfg, FLAGS), FLAGS.set)
 
 
 def check_reachable(url: str, what: str) -> None:
@@ -505,7 +508,7 @@ def run():
   print(f"[react] recipe {recipe.name}: w_global={recipe.w_global:g}, w_local={recipe.w_local:g} "
         f"(the React reward's own weights, eq. 6)", flush=True)
   if FLAGS.dry_run:
-    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg))
+    print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg, FLAGS.device_memory))
     return
   if not FLAGS.eval_only:
     _cli.refuse_rerun(cfg.workdir, FLAGS.resume)

@@ -154,7 +154,7 @@ def _rule_lookup(cfg: DecoderConfig) -> dict[str, tuple[families.WeightRule, tup
 def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
                     mesh: jax.sharding.Mesh | None = None, rules=RULES,
                     local_files_only: bool | None = None,
-                    cache_dir: str | None = None) -> Decoder:
+                    cache_dir: str | None = None, remat: bool = False) -> Decoder:
   """Loads a Hugging Face checkpoint (Qwen2/2.5, Llama 3.x, SmolLM3, Phi-3/4-mini) as a Decoder.
 
   The config comes from the checkpoint's `config.json`. Every tensor of the safetensors files
@@ -172,6 +172,7 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
     local_files_only: for repo ids: never go to the network (default: True when
       HF_HUB_OFFLINE is set).
     cache_dir: for repo ids: the HF cache directory (default: the hub's).
+    remat: `Decoder(remat=)`: recompute each block in the backward pass (less memory).
 
   Returns:
     The `Decoder`, its config at `model.config`.
@@ -179,7 +180,7 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
   ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only, cache_dir=cache_dir)
   cfg = read_config(ckpt)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
-                                            param_dtype=param_dtype))
+                                            param_dtype=param_dtype, remat=remat))
   graphdef, state = nnx.split(abstract)
   variables = {".".join(str(p) for p in path): var for path, var in nnx.to_flat_state(state)}
   lookup = _rule_lookup(cfg)

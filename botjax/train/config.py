@@ -61,6 +61,8 @@ class TrainConfig:
   mini_batches: int = 1                # optimizer updates per pass (later ones are off-policy)
   micro_batch_size: int = 0            # rows per gradient-accumulation slice; 0 = whole mini-batch
   logprob_chunk: int = 128             # tokens per chunk of the chunked log-prob computation
+  remat: bool | None = None            # recompute each decoder block in the backward pass
+                                       # (less memory, ~1/3 more compute); None = the model's own
   share_prompts: bool = True           # a group's rows share one forward pass of their prompt
   host_threads: int = 0                # threads for sampling and update (0 = 2 on small CPU hosts)
   seed: int = 0

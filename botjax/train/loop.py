@@ -142,7 +142,7 @@ class RLTrainer:
                                       host_threads=cfg.host_threads or None)
 
     # parameters and optimizer
-    self.graphdef, params, self.rest = step_lib.split_model(model)
+    self.graphdef, params, self.rest = step_lib.split_model(model, remat=cfg.remat)
     self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     self.optimizer = step_lib.make_optimizer(cfg.optim, cfg.steps * cfg.ppo_epochs * cfg.mini_batches)
     self.state = _commit(step_lib.init_state(params, self.optimizer, cfg.seed), mesh)

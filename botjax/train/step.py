@@ -85,9 +85,19 @@ def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransfor
   )
 
 
-def split_model(model: nnx.Module):
-  """(graphdef, params, rest): params are the trainable nnx.Param leaves."""
+def split_model(model: nnx.Module, *, remat: bool | None = None):
+  """(graphdef, params, rest): params are the trainable nnx.Param leaves.
+
+  Args:
+    model: a `botjax.models.Decoder` (or any NNX module).
+    remat: True / False sets `Decoder.remat` (recompute each block in the backward pass) in
+      the returned graphdef, without changing `model`; None keeps the model's own.
+  """
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  if remat is not None and getattr(model, "remat", remat) != remat:
+    clone = nnx.merge(graphdef, params, rest)    # a new module over the same arrays
+    clone.remat = bool(remat)
+    graphdef, params, rest = nnx.split(clone, nnx.Param, ...)
   return graphdef, params, rest
 
 

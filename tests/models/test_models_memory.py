@@ -8,8 +8,9 @@ so the difference in temporaries is what the log-probs of the extra 768 columns 
 float32 [B, T, V] buffer of those columns is 8 x 768 x 151,936 x 4 B = 3.5 GiB; the chunked,
 rematerialised log-probs keep a few [B, D] rows of hidden state per column instead (about 0.03
 GiB measured). Log-probs that kept the chunks' logits for the backward pass (a `lax.map`
-without `jax.checkpoint`) measured 18.51 GiB of temporaries at T = 1,024 and 13.85 or more at
-T = 256, against 13.88 and 13.85 GiB with `jax.checkpoint` (XLA:CPU, jax 0.10.2).
+without `jax.checkpoint`) measured 18.51 GiB of temporaries at T = 1,024 and 15.01 GiB at
+T = 256 (grew 3.51 GiB), against 13.88 and 13.85 GiB with `jax.checkpoint` (grew 0.03 GiB;
+XLA:CPU, jax 0.10.2).
 """
 
 import dataclasses

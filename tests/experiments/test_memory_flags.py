@@ -1,0 +1,34 @@
+"""--remat / --micro_batch_size / --device_memory: the 3B defaults fit a v5e-8 and one 80 GB GPU."""
+
+import os
+import sys
+
+from _util import run_script
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import _cli  # noqa: E402  experiments/_cli.py
+from botjax.train.config import RolloutConfig, TrainConfig  # noqa: E402
+
+PAPER = RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=384,
+                      max_new_tokens=1024)
+
+
+def test_aime_dry_run_defaults_fit_a_v5e_8(tmp_path):
+  r = run_script(os.path.join(ROOT, "experiments", "aime.py"), "--model=qwen2.5-3b",
+                 "--mesh=fsdp:8", "--dry_run", "--device_memory=16", f"--workdir={tmp_path}",
+                 timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "micro-batch 8, remat on" in r.stdout and '"remat": true' in r.stdout
+  assert "fits 16.00 GiB per device" in r.stdout and "NOT" not in r.stdout
+
+
+def test_plan_text_fits_one_80_gb_gpu_and_names_settings_when_not():
+  cfg = TrainConfig(rollout=PAPER, remat=True, micro_batch_size=8)
+  for model in ("qwen2.5-3b", "smollm3-3b"):
+    text = _cli.plan_text(model, "fsdp:1", cfg, 80, compute_flops=False)
+    assert "fits 80.00 GiB per device" in text and "NOT" not in text, text
+  bare = TrainConfig(rollout=PAPER)                       # no remat, whole mini-batch
+  text = _cli.plan_text("qwen2.5-3b", "fsdp:8", bare, 16, compute_flops=False)
+  assert "does NOT fit 16.00 GiB" in text and "fits with: micro_batch_size=" in text, text
