@@ -35,7 +35,7 @@ def run_script(script: str, *args: str, timeout: float = 600,
     timeout: seconds before `subprocess.TimeoutExpired`.
     env: extra environment variables.
   """
-  full_env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", **(env or {}))
+  full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", **(env or {})}
   full_env.pop("XLA_FLAGS", None)
   return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
                         text=True, env=full_env, timeout=timeout, cwd=ROOT)
