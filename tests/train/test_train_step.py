@@ -354,3 +354,13 @@ def test_parallel_update_skips_a_non_finite_update(model):
   out = step_lib.ParallelUpdate(graphdef, rest, recipe, opt, parts=2, donate=False)(state, batch)
   assert float(out.metrics["skipped"]) == 1.0 and int(out.state.step) == 0
   jax.tree.map(np.testing.assert_array_equal, out.state.params, params)
+
+
+def test_split_model_sets_remat_without_changing_the_model(model):
+  assert model.remat is False
+  graphdef, params, rest = step_lib.split_model(model, remat=True)
+  assert nnx.merge(graphdef, params, rest).remat is True and model.remat is False
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), params,
+               step_lib.split_model(model)[1])
+  same = step_lib.split_model(model, remat=None)[0]
+  assert nnx.merge(same, params, rest).remat is False
