@@ -12,10 +12,11 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult
+from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, RewardSpec
 from botjax.sampling import Sampler
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
+from botjax.train import rollouts
 from botjax.train.loop import ListPrompts, RLTrainer
 from botjax.train.writer import read_jsonl
 
@@ -46,14 +47,14 @@ def base_config(workdir, recipe="grpo", **kw):
   return dataclasses.replace(cfg, **kw)
 
 
-def make_trainer(env, cfg, reward=None, provides=("token", "step")):
+def make_trainer(env, cfg, reward=None, **kw):
   model = models.Decoder(env["cfg"], rngs=nnx.Rngs(0))
   reward = reward or MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5)
   trainer = RLTrainer(
       cfg, model=model, tokenizer=env["tok"], prompts=ListPrompts(env["train"], seed=0),
       reward_fn=reward,
       prompt_fn=lambda r: data.chat_messages(r, data.ARITHMETIC_TEMPLATE),
-      reward_provides=provides, sampler=env["samplers"].get("s"))
+      sampler=env["samplers"].get("s"), **kw)
   env["samplers"].setdefault("s", trainer.sampler)   # one compiled sampler for the module
   return trainer
 
@@ -178,7 +179,7 @@ class Flaky:
 def test_failing_rewards_are_counted_and_the_run_goes_on(env, tmp_path):
   cfg = base_config(tmp_path, steps=2, reward=C.RewardConfig(workers=4, timeout_s=1.0,
                                                              kind="thread"))
-  t = make_trainer(env, cfg, reward=Flaky(), provides=())
+  t = make_trainer(env, cfg, reward=Flaky())
   try:
     records = t.run()
   finally:
@@ -186,12 +187,84 @@ def test_failing_rewards_are_counted_and_the_run_goes_on(env, tmp_path):
   # 8 rows per step: rows 1, 5 raise, 2, 6 are NaN, 3, 7 hang past the timeout on step 0.
   assert records[0]["reward_failures"] == 6 and records[0]["reward_timeouts"] == 2
   assert records[1]["reward_failures"] == 4 and records[1]["reward_timeouts"] == 0
+  # none of them is the model's fault: kept out of the loss and counted
+  assert records[0]["rollouts/infra_failures"] == 6 and records[1]["rollouts/infra_failures"] == 4
   assert all(math.isfinite(r["loss"]) for r in records)
 
 
 def test_wrong_reward_granularity_is_a_configuration_error(env, tmp_path):
   with pytest.raises(ValueError, match="token-level"):
-    make_trainer(env, base_config(tmp_path, "bot_grpo"), reward=MathReward(None), provides=())
+    make_trainer(env, base_config(tmp_path, "bot_grpo"), reward=MathReward(None))
+  # the deprecated reward_provides may not claim what the reward's spec does not declare
+  with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="does not declare"):
+    make_trainer(env, base_config(tmp_path, "grpo"), reward=MathReward(None),
+                 reward_provides=("token",))
+
+
+class LengthReward:
+  """Accuracy (component "answer") and reward from the completion's length, chosen per test."""
+
+  spec = RewardSpec(verifier="answer")
+
+  def __init__(self, accuracy, reward):
+    self.accuracy, self.reward = accuracy, reward
+
+  def __call__(self, prompts, completions, metadata):
+    return [RewardResult(self.reward(c), components={"answer": self.accuracy(c)})
+            for c in completions]
+
+
+def _dapo(tmp_path):
+  return base_config(tmp_path, "dapo", recipe_overrides=(
+      ("overlong_max_length", 16), ("overlong_cache_length", 4), ("max_resample_rounds", 2)))
+
+
+def test_dapo_dynamic_sampling_filters_on_accuracy_not_on_the_reward(env, tmp_path):
+  """DAPO (arXiv 2503.14476) eq. 11 keeps groups with 0 < #correct < G: the verifier signal,
+  not the full reward (which adds a format term)."""
+  P, G = 2, 4
+  key = jax.random.fold_in(jax.random.PRNGKey(0), 0)
+  # constant accuracy (all wrong), a reward that varies with the length: every group is dropped
+  t = make_trainer(env, _dapo(tmp_path / "a"), reward=LengthReward(
+      accuracy=lambda c: 0.0, reward=lambda c: 0.1 * len(c)))
+  try:
+    first = t.sample_and_score([t.prompts.get(i) for i in range(P)], jax.random.fold_in(key, 0),
+                               step=0)
+    t.position = 0
+    roll, info = t.collect(key, 0)
+  finally:
+    t.close()
+  assert rollouts.varying_groups(first.rewards, ~first.infra, P, G).any()   # the reward varies
+  assert info["sample_rounds"] == 3 and info["dynamic_sampling_short"] == P
+  assert info["constant_groups"] == 1.0 and not roll.mask.any()
+  # varying accuracy (parity of the length), a constant reward: groups are kept on accuracy
+  t = make_trainer(env, _dapo(tmp_path / "b"), reward=LengthReward(
+      accuracy=lambda c: float(len(c) % 2), reward=lambda c: 1.0))
+  try:
+    roll, info = t.collect(key, 0)
+  finally:
+    t.close()
+  kept = roll.mask.any(axis=1).reshape(P, G).any(axis=1)
+  assert kept.any() and np.all(roll.rewards[roll.mask.any(axis=1)] == 1.0)
+  acc = roll.verifier.reshape(P, G)
+  for g in np.flatnonzero(kept):
+    assert acc[g].min() < acc[g].max()
+
+
+def test_console_prints_one_line_unless_verbose(env, tmp_path, capsys):
+  for verbose in (False, True):
+    t = make_trainer(env, base_config(tmp_path / str(verbose), steps=1, progress=True,
+                                      verbose=verbose))
+    try:
+      t.run()
+    finally:
+      t.close()
+    out = capsys.readouterr().out.splitlines()
+    start = [line for line in out if line.startswith("[botjax] grpo on ")]
+    assert len(start) == 1 and str(tmp_path / str(verbose)) in start[0], out
+    assert any(line.startswith("[botjax] done: 1 steps") for line in out), out
+    assert any("config:" in line for line in out) == verbose
+    assert os.path.exists(tmp_path / str(verbose) / "config.json")
 
 
 def test_set_overrides_and_errors():
