@@ -3,9 +3,13 @@ r"""The embedded CPU quick-start: GRPO vs BoT-GRPO on the step-verified arithmet
   python experiments/quickstart.py                        # grpo,bot_grpo, 1 seed (minutes on 2 cores)
   python experiments/quickstart.py --algos=grpo,bot_grpo,dapo,gspo,pure,dr_grpo,rloo,reco,bppo,verigate --seeds=3
 
+  python experiments/quickstart.py --algos=dapo,gspo,reco --mini_batches=4   # off-policy updates
+
 Writes to --workdir: the cached warm start, per-run metrics JSONL, `quickstart.png` (held-out
-accuracy and mean reward against step) and `quickstart.md` (steps to accuracy thresholds, final
-accuracy). Wiring only: the pipeline lives in `botjax.testbeds.arith`.
+accuracy, and mean reward as a rolling mean over 10 steps, against step; mean over seeds with a
+± standard-error band; split into step-reading and sequence-only panels beyond five recipes) and
+`quickstart.md` (start / final / best accuracy as mean ± standard error over seeds, steps to
+accuracy thresholds, the update schedule and which mechanisms it left inert). Wiring only: the pipeline lives in `botjax.testbeds.arith`.
 """
 
 import os
@@ -31,6 +35,8 @@ flags.DEFINE_integer("steps", 200, "RL steps per run (the docs' ten-recipe compa
 flags.DEFINE_string("workdir", "runs/quickstart", "Output directory (warm start is cached here).")
 flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward (BoT-GRPO eq. 4/8).")
 flags.DEFINE_float("judge_noise", 0.0, "Probability of flipping each step verdict.")
+flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each rollout batch "
+                     "(TrainConfig.mini_batches); with 1 (and ppo_epochs=1) the PPO ratio is 1.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
 flags.DEFINE_bool("report_only", False, "Only write the plot and table of the finished runs.")
@@ -43,6 +49,17 @@ def recipe_flags(algo: str) -> list[str]:
   return [f"recipe.w_local={FLAGS.w_s!r}"] if algo == "grpo_stepmean" else []
 
 
+def inert_mechanisms(schedule: set[tuple[int, int]]) -> str:
+  """The update schedule of the runs {(ppo_epochs, mini_batches)} and, when every run made one
+  on-policy update per rollout batch, the mechanisms that acted on nothing."""
+  text = "Update schedule: " + "; ".join(f"ppo_epochs={e}, mini_batches={m}"
+                                          for e, m in sorted(schedule)) + "."
+  if schedule == {(1, 1)}:
+    text += (" One on-policy update per rollout batch, so the PPO ratio is exactly 1: clip-higher "
+             "(DAPO), sequence clipping (GSPO) and ReCo's variance ratio had nothing to act on.")
+  return text
+
+
 def main(argv):
   del argv
   _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
@@ -52,7 +69,7 @@ def main(argv):
                            config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
         f"{prepared.seconds:.1f} s)", flush=True)
-  runs, timings = {}, {}
+  runs, timings, schedule = {}, {}, set()
   for algo in FLAGS.algos:
     runs[algo] = []
     for seed in range(FLAGS.seeds):
@@ -61,8 +78,10 @@ def main(argv):
         import shutil
         shutil.rmtree(workdir)
       cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
-                                    overrides=[*recipe_flags(algo), *FLAGS.set])
+                                    overrides=[*recipe_flags(algo),
+                                               f"mini_batches={FLAGS.mini_batches}", *FLAGS.set])
       name = f"{algo}-seed{seed}"
+      schedule.add((cfg.ppo_epochs, cfg.mini_batches))
       done = _cli.finished_seconds(workdir, cfg)
       if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
         timings[name] = done
@@ -88,18 +107,21 @@ def main(argv):
   start = next((r["eval/accuracy"] for recs in base for r in recs if "eval/accuracy" in r), 0.0)
   thresholds = [round(start + d, 2) for d in (0.10, 0.15, 0.25)]
   png = plotting.plot_runs(runs, os.path.join(FLAGS.workdir, "quickstart.png"),
-                           title="Arithmetic quick-start (tiny Qwen2, CPU)", thresholds=thresholds)
+                           title="Arithmetic quick-start (tiny Qwen2, CPU)", thresholds=thresholds,
+                           band="se")
   table = report.summary_table(runs, thresholds=thresholds)
   total = time.perf_counter() - t_start
+  inert = inert_mechanisms(schedule)
   md = os.path.join(FLAGS.workdir, "quickstart.md")
   with open(md, "w") as f:
     f.write(f"# Quick-start results\n\nHeld-out accuracy (avg@4 of sampled completions, "
             f"{len(prepared.eval)} problems); thresholds are the warm start's accuracy "
-            f"+0.10/+0.15/+0.25.\n\n{table}\n\nWall time of this call: {total:.0f} s "
+            f"+0.10/+0.15/+0.25.\n\n{table}\n\n{inert}\n\nWall time of this call: {total:.0f} s "
             f"(warm start {prepared.seconds:.0f} s); run times (each measured when it ran), "
             f"sum {sum(timings.values()):.0f} s: "
             + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ".\n")
   print(table)
+  print(inert)
   print(f"wrote {png} and {md} in {total:.0f} s")
 
 

@@ -24,6 +24,9 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
     assert [x["step"] for x in recs] == [0, 1, 2]
   table = (tmp_path / "quickstart.md").read_text()
   assert "| grpo | 1 |" in table and "| bot_grpo | 1 |" in table
+  assert ("ppo_epochs=1, mini_batches=1. One on-policy update per rollout batch, so the PPO ratio "
+          "is exactly 1: clip-higher (DAPO), sequence clipping (GSPO) and ReCo's variance ratio had "
+          "nothing to act on.") in table
   assert (tmp_path / "quickstart.png").stat().st_size > 10_000
   report = _run("--algos=grpo,bot_grpo,rloo", "--report_only", f"--workdir={tmp_path}", *TINY)
   assert report.returncode == 0, report.stderr[-3000:]
@@ -34,6 +37,10 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count("reusing it") == 2 and "rloo seed 0:" in again.stdout
   assert "| rloo | 1 |" in (tmp_path / "quickstart.md").read_text()
-  # another config is not "finished": a changed learning rate trains again
-  third = _run("--algos=grpo", f"--workdir={tmp_path}", *TINY, "--set=optim.learning_rate=1e-4")
-  assert third.returncode == 0 and "reusing it" not in third.stdout
+  # another config is not "finished": two mini-batches per rollout batch train again, and the
+  # table no longer calls the ratio mechanisms inert
+  third = _run("--algos=grpo", f"--workdir={tmp_path}", *TINY, "--mini_batches=2")
+  assert third.returncode == 0 and "reusing it" not in third.stdout, third.stderr[-3000:]
+  assert '"mini_batches": 2' in (tmp_path / "grpo-seed0" / "config.json").read_text()
+  table = (tmp_path / "quickstart.md").read_text()
+  assert "ppo_epochs=1, mini_batches=2." in table and "nothing to act on" not in table
