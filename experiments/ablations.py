@@ -1,4 +1,4 @@
-r"""The paper's BoT-GRPO ablations, reproduced on the CPU arithmetic testbed (issue 8).
+r"""BoT-GRPO ablations on the CPU arithmetic testbed, after the paper's (arXiv 2610.09804).
 
   python experiments/ablations.py                          # every ablation, 3 seeds
   python experiments/ablations.py --ablation=noise --seeds=3
@@ -13,14 +13,18 @@ Ablations (each a set of BoT-GRPO variants on the same warm start; docs/ablation
   w_s       the local weight w_s in {0.1, 0.5, 1.0} (Fig. 8).
   window    the step window W (Fig. 9); this task's solutions have 2–3 steps, so the default
             values are W in {1, 2, 3} (W = 3 is one unit of the whole solution, as W >= 3 is).
-  noise     judge noise: each step verdict flipped with probability p (Fig. 10); reports final
-            accuracy and the peak-to-final drop.
-  stack     the reward stack: global only (w_s = 0) against global + local (Fig. 4).
+  noise     judge noise: each step verdict flipped with probability p; reports final accuracy and
+            the peak-to-final drop. Not the paper's Fig. 10, which varies the weight of the VLM
+            line reward; this testbed has no VLM line, so it perturbs the step verdicts instead.
+  stack     global reward only (w_s = 0) against global + local reward (w_s = 0.5); alias
+            --ablation=global_local. Not the paper's Fig. 4 reward stack: only whether the
+            step-level local term is present changes.
 Every variant not named by an ablation keeps the base values (w_s 0.5, error propagation, W 1,
 no noise). Runs shared by several ablations (the base) run once. Each ablation writes
-`<workdir>/<ablation>.png` (held-out accuracy and mean reward, mean over seeds with a min–max
-band) and `<workdir>/<ablation>.md` (a table of start / final / best accuracy, peak-to-final
-drop and steps to thresholds, with run times). Runs resume from their metrics when finished.
+`<workdir>/<ablation>.png` (held-out accuracy, and mean reward as a rolling mean over 10 steps;
+mean over seeds with a ± standard-error band) and `<workdir>/<ablation>.md` (a table of start /
+final / best accuracy and peak-to-final drop as mean ± standard error over seeds, steps to
+thresholds, run times). Runs resume from their metrics when finished.
 Wiring only: the pipeline lives in `botjax.testbeds.arith`.
 """
 
@@ -34,11 +38,22 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
-import plot as plot_lib  # noqa: E402  experiments/plot.py (this script's directory is on sys.path)
+from botjax import plotting as plot_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 ABLATIONS = ("strategy", "w_s", "window", "noise", "stack")
-flags.DEFINE_list("ablation", ["all"], f"Ablations to run: all or some of {list(ABLATIONS)}.")
+ALIASES = {"global_local": "stack"}      # clearer name of the stack ablation
+TITLES = {
+    "strategy": "local reward strategy (after the paper's Fig. 7)",
+    "w_s": "local weight w_s (after the paper's Fig. 8)",
+    "window": "step window W (after the paper's Fig. 9)",
+    "noise": ("judge noise: step verdicts flipped with probability p (the paper's Fig. 10 varies "
+              "the VLM line weight instead)"),
+    "stack": "global reward only vs global + local reward",
+}
+REWARD_SMOOTHING = 10                    # rolling-mean window (steps) of the per-step reward curve
+flags.DEFINE_list("ablation", ["all"], f"Ablations to run: all or some of {list(ABLATIONS)} "
+                  f"(aliases: {ALIASES}).")
 flags.DEFINE_integer("seeds", 3, "Seeds per variant.")
 flags.DEFINE_integer("steps", 60, "RL steps per run.")
 flags.DEFINE_integer("eval_every", 10, "Held-out evaluation every N steps.")
@@ -69,6 +84,7 @@ class Variant:
 def variants(ablation: str) -> dict[str, Variant]:
   """Label -> Variant for one ablation (labels are what the plot legend shows)."""
   base = Variant()
+  ablation = ALIASES.get(ablation, ablation)
   if ablation == "strategy":
     return {s.replace("_", " "): dataclasses.replace(base, strategy=s)
             for s in ("error_propagation", "context_aware", "independent")}
@@ -80,7 +96,8 @@ def variants(ablation: str) -> dict[str, Variant]:
     return {f"p={v}": dataclasses.replace(base, noise=float(v)) for v in FLAGS.noise_values}
   if ablation == "stack":
     return {"global only": dataclasses.replace(base, w_s=0.0), "global + local": base}
-  raise ValueError(f"unknown ablation {ablation!r}; valid: all, {', '.join(ABLATIONS)}")
+  raise ValueError(f"unknown ablation {ablation!r}; valid: all, {', '.join(ABLATIONS)}, "
+                   f"{', '.join(ALIASES)}")
 
 
 def run_dir(variant: Variant, seed: int) -> str:
@@ -141,9 +158,11 @@ def report(ablation: str) -> str | None:
   plt = plot_lib._pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
   plot_lib.draw_metric(axes[0], runs, "eval/accuracy", thresholds=thresholds,
-                       label="held-out accuracy")
-  plot_lib.draw_metric(axes[1], runs, "reward_mean", label="mean reward")
-  fig.suptitle(f"BoT-GRPO ablation: {ablation} (arithmetic task, CPU; mean of seeds, min–max band)")
+                       label="held-out accuracy", band="se")
+  plot_lib.draw_metric(axes[1], runs, "reward_mean", label="mean reward", band="se",
+                       smooth=REWARD_SMOOTHING)
+  fig.suptitle(f"BoT-GRPO ablation: {TITLES[ablation]}\n(arithmetic task, CPU; mean of seeds "
+               "± standard error)", fontsize=10)
   fig.tight_layout()
   fig.savefig(png, dpi=130)
   plt.close(fig)
@@ -158,18 +177,19 @@ def report(ablation: str) -> str | None:
       finals.append(float(acc[-1]))
     stability[label] = (finals, drops)
     t = secs.get(label) or [float("nan")]
-    rows.append(f"| {label} | {len(seeds)} | {np.mean(drops):.3f} ± {np.std(drops):.3f} | "
+    rows.append(f"| {label} | {len(seeds)} | {report_lib.mean_se(drops)} | "
                 f"{np.mean(t):.0f} s |")
-  if ablation == "noise":   # Fig. 10: final accuracy and peak-to-final drop against flip rate
+  if ablation == "noise":   # final accuracy and peak-to-final drop against the flip rate
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     xs = np.arange(len(stability))
     for off, (i, name) in zip((-0.2, 0.2), enumerate(("final accuracy", "peak-to-final drop"))):
       vals = [np.asarray(v[i]) for v in stability.values()]
-      ax.bar(xs + off, [v.mean() for v in vals], 0.4, yerr=[v.std() for v in vals], capsize=3,
-             label=name)
+      ax.bar(xs + off, [v.mean() for v in vals], 0.4, capsize=3, label=name,
+             yerr=[report_lib.standard_error(v) if v.size > 1 else 0.0 for v in vals])
     ax.set_xticks(xs, list(stability))
-    ax.set_xlabel("judge flip rate")
-    ax.set_title("Judge noise (mean ± std of seeds)")
+    ax.set_xlabel("probability p of flipping a step verdict")
+    ax.set_title("Judge noise: flipped step verdicts (mean ± standard error over seeds)",
+                 fontsize=9)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -178,9 +198,10 @@ def report(ablation: str) -> str | None:
   md = os.path.join(FLAGS.workdir, f"{ablation}.md")
   first = next(iter(runs.values()))[0]
   problems = next((int(r["eval/num_problems"]) for r in first if "eval/num_problems" in r), "?")
-  text = (f"# Ablation: {ablation}\n\nBoT-GRPO on the arithmetic task, {FLAGS.steps} steps, "
-          f"held-out accuracy (avg@4, {problems} problems) every {FLAGS.eval_every} steps; mean ± std "
-          f"over seeds. Thresholds: start + 0.05/0.10/0.15.\n\n{table}\n\n" + "\n".join(rows) + "\n")
+  text = (f"# Ablation: {TITLES[ablation]}\n\nBoT-GRPO on the arithmetic task, {FLAGS.steps} "
+          f"steps, held-out accuracy (avg@4, {problems} problems) every {FLAGS.eval_every} steps; "
+          f"mean ± standard error over seeds. Thresholds: start + 0.05/0.10/0.15.\n\n{table}\n\n"
+          + "\n".join(rows) + "\n")
   with open(md, "w") as f:
     f.write(text)
   print(f"wrote {png} and {md}", flush=True)
@@ -194,11 +215,12 @@ def main(argv):
   _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax and absl INFO noise
   names = list(ABLATIONS) if FLAGS.ablation == ["all"] else FLAGS.ablation
-  bad = [a for a in names if a not in ABLATIONS]
+  bad = [a for a in names if a not in ABLATIONS and a not in ALIASES]
   if bad:
-    print(f"error: --ablation={','.join(bad)} unknown; valid: all, {', '.join(ABLATIONS)}",
-          file=sys.stderr)
+    print(f"error: --ablation={','.join(bad)} unknown; valid: all, {', '.join(ABLATIONS)} "
+          f"(aliases: {', '.join(f'{k}={v}' for k, v in ALIASES.items())})", file=sys.stderr)
     sys.exit(2)
+  names = list(dict.fromkeys(ALIASES.get(a, a) for a in names))
   try:
     i, n = (int(x) for x in FLAGS.shard.split("/"))
     assert 0 <= i < n

@@ -32,6 +32,12 @@ def test_stack_ablation_writes_plot_and_table_and_reuses_finished_runs(tmp_path)
   assert "| global only | 1 |" in table and "| global + local | 1 |" in table
   assert "peak-to-final drop" in table and "8 problems" in table
   assert (tmp_path / "stack.png").stat().st_size > 10_000
+  assert table.startswith("# Ablation: global reward only vs global + local reward\n")
+  assert "mean ± standard error over seeds" in table and "Fig. 4" not in table
+  # the clearer alias reports the same ablation from the finished runs
+  alias = _run("--ablation=global_local", "--report_only", f"--workdir={tmp_path}", *TINY)
+  assert alias.returncode == 0, alias.stderr[-3000:]
+  assert "global reward only vs global + local reward" in alias.stdout
   # a second call (another ablation sharing the base run) trains only what is missing
   again = _run("--ablation=w_s", "--w_s_values=0.5", f"--workdir={tmp_path}", *TINY)
   assert again.returncode == 0, again.stderr[-3000:]
@@ -42,5 +48,6 @@ def test_stack_ablation_writes_plot_and_table_and_reuses_finished_runs(tmp_path)
 def test_bad_flags_exit_2(tmp_path):
   r = _run("--ablation=colour", f"--workdir={tmp_path}", timeout=120)
   assert r.returncode == 2 and "colour" in r.stderr and "strategy" in r.stderr
+  assert "global_local=stack" in r.stderr
   r = _run("--shard=2/2", f"--workdir={tmp_path}", timeout=120)
   assert r.returncode == 2 and "--shard=2/2" in r.stderr
