@@ -7,7 +7,6 @@ sampler; the forward pass without a cache attends causally among the given token
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -32,12 +31,16 @@ _REMAT_BLOCKS: dict = {}
 
 def _block_fn(remat: bool, implementation: str, causal: bool):
   """`_block` for one attention implementation, under `nnx.remat` when `remat`."""
+  def block(layer, x, cos, sin, allowed, prefix=None):
+    # positional only: nnx.remat cannot resolve a partial's keyword arguments to positions
+    return _block(layer, x, cos, sin, allowed, prefix, implementation=implementation,
+                  causal=causal)
+
   if not remat:
-    return functools.partial(_block, implementation=implementation, causal=causal)
+    return block
   key = (implementation, causal)
   if key not in _REMAT_BLOCKS:
-    _REMAT_BLOCKS[key] = nnx.remat(functools.partial(_block, implementation=implementation,
-                                                     causal=causal))
+    _REMAT_BLOCKS[key] = nnx.remat(block)
   return _REMAT_BLOCKS[key]
 
 

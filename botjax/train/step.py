@@ -24,6 +24,7 @@ from flax import nnx
 
 from botjax import algorithms
 from botjax import losses
+from botjax.models import logprobs as logprobs_lib
 from botjax import _xla_cpu
 from botjax._xla_cpu import ParallelUpdate  # noqa: F401  (host-thread update, CPU hosts)
 from botjax.train.config import OptimConfig
@@ -101,51 +102,25 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
   return graphdef, params, rest
 
 
-def group_prompts(prompt_ids: jax.Array, prompt_positions: jax.Array, prompt_mask: jax.Array,
-                  num_prompts: int) -> tuple[jax.Array, jax.Array]:
-  """Finds the distinct prompts of a batch (in-graph, static shapes).
-
-  Two rows share a prompt when their prompt columns agree in ids, positions and mask (ids
-  compared on real tokens only). The distinct prompts are numbered in order of their first
-  row.
-
-  Args:
-    prompt_ids: int32 [B, P]; prompt_positions: int32 [B, P]; prompt_mask: bool [B, P].
-    num_prompts: U ≥ the number of distinct prompts (static); slots beyond them repeat the
-      first prompt.
-
-  Returns:
-    (rows int32 [B]: the prompt slot of each row, in [0, U); first int32 [U]: a row that
-    holds each slot's prompt).
-  """
-  b = prompt_ids.shape[0]
-  key = jnp.concatenate([jnp.where(prompt_mask, prompt_ids, -1), prompt_positions,
-                         prompt_mask.astype(jnp.int32)], axis=1)          # [B, 3P]
-  same = jnp.all(key[:, None, :] == key[None, :, :], axis=-1)             # [B, B]
-  leader = jnp.argmax(same, axis=1)                                       # first row alike
-  is_first = leader == jnp.arange(b)
-  first = jnp.nonzero(is_first, size=num_prompts, fill_value=0)[0].astype(jnp.int32)
-  slot = jnp.cumsum(is_first.astype(jnp.int32)) - 1
-  return slot[leader].astype(jnp.int32), first
+group_prompts = logprobs_lib.group_prompts
 
 
 def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
                         completion_len: int, temperature: float = 1.0, chunk: int = 128,
                         num_prompts: int = 0):
-  """Log-probs and entropies of the completion tokens under softmax(logits / temperature).
+  """`botjax.models.logprobs.completion_logprobs` of the split model (differentiable in params).
 
-  The hidden states of the whole sequence are computed once; the unembedding and the
-  log-softmax run over chunks of completion positions, so [B, T, V] never exists at once.
-  With `num_prompts` = U > 0, rows whose prompt columns are identical (a GRPO group) share
-  one forward pass of their prompt (`Decoder.shared_prefix`): the prompt tokens go through
-  the layers U times instead of B times. Same values up to float rounding. (The RL update of
+  Log-probs and entropies of the T completion tokens under softmax(logits / temperature),
+  chunked and rematerialised per chunk of `chunk` positions, so [B, T, V] logits never exist
+  at once, forward or backward. With `num_prompts` = U > 0 the rows of a group share one
+  forward pass of their prompt (`Decoder.shared_prefix`). (The RL update of
   `benchmarks/rl_step.py`, 16 prompts of about 24 tokens x 8 completions of 64: 0.166 ->
-  0.141 s, A/B in one process.)
+  0.141 s with sharing, A/B in one process.)
 
   Args:
-    graphdef, params, rest: the split model.
+    graphdef, params, rest: the split model (`split_model`).
     input_ids: int32[B, L]; positions: int32[B, L]; attention_mask: bool[B, L].
-    completion_len: T, the number of trailing completion columns of `input_ids`.
+    completion_len: T < L, the number of trailing completion columns of `input_ids`.
     temperature: the sampling temperature (the sampler scores its tokens the same way).
     chunk: completion positions per chunk.
     num_prompts: U (static), at least the number of distinct prompts among the B rows, or
@@ -155,44 +130,9 @@ def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_
     (logp f32[B, T], entropy f32[B, T]).
   """
   model = nnx.merge(graphdef, params, rest)
-  B, L = input_ids.shape
-  T = completion_len
-  P = L - T
-  targets = input_ids[:, P:]                                      # [B, T]
-  if num_prompts > 0 and P > 0:
-    rows, first = group_prompts(input_ids[:, :P], positions[:, :P], attention_mask[:, :P],
-                                num_prompts)
-    prompt_hidden, hidden = model.shared_prefix(
-        input_ids[first, :P], positions[first, :P], attention_mask[first, :P], rows,
-        targets, positions[:, P:], attention_mask[:, P:])
-    # Token at column c is predicted from the hidden state at column c - 1: the first
-    # completion token from the prompt's last column (left padding puts a real token there).
-    h = jnp.concatenate([prompt_hidden[rows, P - 1][:, None], hidden[:, :T - 1]], axis=1)
-  else:
-    hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
-    h = hidden[:, P - 1:L - 1]                                    # [B, T, D]
-  D = h.shape[-1]
-  c = min(chunk, T)
-  n = -(-T // c)
-  pad = n * c - T
-  h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
-  tg = jnp.pad(targets, ((0, 0), (0, pad)))
-  h = h.reshape(B, n, c, D).transpose(1, 0, 2, 3)                 # [n, B, c, D]
-  tg = tg.reshape(B, n, c).transpose(1, 0, 2)                     # [n, B, c]
-
-  def one(args):
-    hc, tc = args
-    logits = model.unembed(hc).astype(jnp.float32) / temperature  # [B, c, V]
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    lp = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0] - logz
-    probs = jnp.exp(logits - logz[..., None])
-    ent = logz - jnp.sum(probs * logits, axis=-1)
-    return lp, ent
-
-  lp, ent = jax.lax.map(one, (h, tg))                             # [n, B, c]
-  lp = lp.transpose(1, 0, 2).reshape(B, n * c)[:, :T]
-  ent = ent.transpose(1, 0, 2).reshape(B, n * c)[:, :T]
-  return lp, ent
+  return logprobs_lib.completion_logprobs(
+      model, input_ids, positions, attention_mask, completion_len=completion_len,
+      temperature=temperature, chunk_size=chunk, num_prompts=num_prompts)
 
 
 class StepOutput(NamedTuple):
