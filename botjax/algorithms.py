@@ -624,7 +624,8 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
     step_mask: [B, S] bool valid steps.
     token_step: [B, T] int32 step of each token, -1 for none.
     old_logp: [B, T] float behaviour log-probs (ReCo).
-    verifier: [B] float verifier rewards (VeriGate); defaults to `rewards`.
+    verifier: [B] float verifier rewards (VeriGate; DAPO dynamic sampling keeps the groups in
+      which it varies); defaults to `rewards`.
 
   Returns:
     `Advantages(advantages [B, T], loss_mask [B, T], seq_weights [B])`.
@@ -655,7 +656,9 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
 
   loss_mask = mask
   if recipe.dynamic_sampling:
-    keep = adv.dynamic_sampling_keep(r, group_ids, num_groups=num_groups)
+    # DAPO (arXiv 2503.14476) §3.2 eq. 11 filters groups on accuracy: the verifier when given
+    keep = adv.dynamic_sampling_keep(r if verifier is None else verifier, group_ids,
+                                     num_groups=num_groups)
     loss_mask = loss_mask & keep[:, None]
   if recipe.bppo_select:
     loss_mask = loss_mask & adv.bppo_loss_mask(

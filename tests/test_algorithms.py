@@ -605,3 +605,20 @@ def test_the_trainer_builds_its_recipe_for_the_runs_budget():
   cfg = config_lib.TrainConfig(recipe="dr_grpo", workdir="unused",
                                rollout=config_lib.RolloutConfig(max_new_tokens=64))
   assert recipe_for_run(cfg, plain).agg_norm == 64.0
+
+
+def test_dapo_dynamic_sampling_filters_on_the_verifier_not_the_full_reward():
+  # group 0: rewards vary only through a format term, every answer wrong -> no accuracy signal;
+  # group 1: one right answer -> kept. DAPO (arXiv 2503.14476) eq. 11 filters on accuracy.
+  rewards = jnp.array([0.2, -1.0, 0.2, 3.2, 0.2, 0.2])
+  verifier = jnp.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+  group_ids = jnp.array([0, 0, 0, 1, 1, 1])
+  mask = jnp.ones((6, 4), bool)
+  recipe = alg.get_recipe("dapo")
+  kept = alg.compute_advantages(recipe, rewards=rewards, mask=mask, group_ids=group_ids,
+                                num_groups=2, verifier=verifier).loss_mask
+  np.testing.assert_array_equal(np.asarray(kept).any(axis=1), [0, 0, 0, 1, 1, 1])
+  # without a verifier the full reward stands in for it, and group 0 varies
+  kept = alg.compute_advantages(recipe, rewards=rewards, mask=mask, group_ids=group_ids,
+                                num_groups=2).loss_mask
+  np.testing.assert_array_equal(np.asarray(kept).any(axis=1), [1, 1, 1, 1, 1, 1])
