@@ -72,9 +72,16 @@ def define_memory_flags() -> None:
                      "(default: the attached accelerator's, none on CPU).")
 
 
+def define_verbose_flag() -> None:
+  flags.DEFINE_bool("verbose", False, "Print the full flags and training config at the start "
+                    "(they are always saved in the workdir's config.json).")
+
+
 def memory_settings(cfg, FLAGS):
-  """`cfg` (a TrainConfig) with --remat / --micro_batch_size applied when given."""
+  """`cfg` (a TrainConfig) with --remat / --micro_batch_size (and --verbose) applied when given."""
   import dataclasses
+  if getattr(FLAGS, "verbose", False):
+    cfg = dataclasses.replace(cfg, verbose=True)
   if FLAGS.remat is not None:
     cfg = dataclasses.replace(cfg, remat=FLAGS.remat)
   if FLAGS.micro_batch_size is not None:

@@ -68,6 +68,7 @@ flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan,
 _cli.define_distributed_flags()
 _cli.define_memory_flags()
 _cli.define_offline_flag()
+_cli.define_verbose_flag()
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
                     "thinks, Qwen2.5 never.")
@@ -160,7 +161,9 @@ def make_eval_fn(records, correct_fn, prompt_fn, path):
     history.append({"step": step, **out})
     with open(path, "w") as f:
       json.dump({"latest": history[-1], "history": history}, f, indent=2)
-    print(f"[aime] eval at step {step}: " + json.dumps(out, sort_keys=True), flush=True)
+    shown = [k for k in sorted(out) if k.startswith(("pass@", "maj@"))]
+    print(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
+          + f" ({out['num_problems']} problems; all figures in {path})", flush=True)
     return out
   return fn
 
@@ -234,11 +237,12 @@ def run():
   _user(lambda: templates.check_thinking(FLAGS.model, templates.parse_thinking(FLAGS.thinking)))
   cfg = _user(lambda: train_config(tiny))
   data_spec = _user(lambda: data_config(tiny))
-  print("[aime] flags: " + json.dumps({f: FLAGS[f].value for f in (
-      "model", "algo", "mesh", "checkpoint", "judge", "judge_model", "w_g", "w_s", "strategy",
-      "window", "eval_n", "thinking", "offline")}, sort_keys=True))
-  print("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False))
-  print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
+  if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
+    print("[aime] flags: " + json.dumps({f: FLAGS[f].value for f in (
+        "model", "algo", "mesh", "checkpoint", "judge", "judge_model", "w_g", "w_s", "strategy",
+        "window", "eval_n", "thinking", "offline")}, sort_keys=True))
+    print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
+  print("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False), flush=True)
   if FLAGS.dry_run:
     print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg, FLAGS.device_memory))
     return

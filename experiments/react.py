@@ -1,4 +1,4 @@
-r"""React code generation with BoT-GRPO (GitHub issue 7): the paper's first experiment.
+r"""React code generation with BoT-GRPO: the paper's first experiment.
 
   python experiments/react.py --model=qwen2.5-3b --judge=http://127.0.0.1:8000/v1 --judge_model=J
   python experiments/react.py --model=qwen2.5-3b --mesh=fsdp:8 --dry_run     # plan, no weights
@@ -104,6 +104,7 @@ flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan,
 _cli.define_distributed_flags()
 _cli.define_memory_flags()
 _cli.define_offline_flag()
+_cli.define_verbose_flag()
 
 
 def train_config(tiny):
@@ -500,10 +501,12 @@ def run():
   if FLAGS.compare:
     return compare()
   cfg = _user(lambda: train_config(tiny))
-  print("[react] flags: " + json.dumps({f: FLAGS[f].value for f in (
-      "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
-      "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
-  print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True), flush=True)
+  if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
+    print("[react] flags: " + json.dumps({f: FLAGS[f].value for f in (
+        "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
+        "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
+    print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True),
+          flush=True)
   recipe = _user(lambda: run_recipe(cfg))
   print(f"[react] recipe {recipe.name}: w_global={recipe.w_global:g}, w_local={recipe.w_local:g} "
         f"(the React reward's own weights, eq. 6)", flush=True)

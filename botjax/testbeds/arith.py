@@ -218,4 +218,4 @@ def make_trainer(prepared: Prepared, cfg: config_lib.TrainConfig, *, w_s: float 
   return RLTrainer(cfg, model=model, tokenizer=tok,
                    prompts=ListPrompts(prepared.train, seed=cfg.seed), reward_fn=reward,
                    prompt_fn=prompt_messages, eval_fn=make_eval_fn(prepared.eval, n=eval_n),
-                   run_config=run_config, reward_provides=("token", "step"))
+                   run_config=run_config)
