@@ -1,4 +1,4 @@
-"""Seconds per full RL iteration: botjax `RLTrainer` against TRL `GRPOTrainer` on CPU (issue 5).
+"""Seconds per full RL iteration: botjax `RLTrainer` against TRL `GRPOTrainer` on CPU.
 
 One iteration = 16 prompts x 8 completions, 64 new tokens each, an exact-answer reward,
 group-normalised advantages and one optimizer update over all 128 completions (GRPO, no KL

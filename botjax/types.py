@@ -13,7 +13,7 @@ Shape letters:
   N  query heads;  K  key/value heads;  H  head dimension;  F  MLP width.
   R  packed rows;  M  tokens in a flat stream.
 
-Data conventions (DESIGN.md, "Data conventions"):
+Data conventions (the public contract of botjax.advantages / losses / metrics):
 
 | name | shape | meaning |
 | --- | --- | --- |

@@ -1,7 +1,7 @@
 """Step-level scoring: judged units (windows), judging strategies, and spreading verdicts over text.
 
-Judged units [INFERRED reading of the paper's "step evaluation window" W, ALGORITHMS.md §6]: unit
-u_i covers the W consecutive steps i, …, i+W−1, for i = 0, …, n−W (n < W: one unit of all n steps;
+Judged units [INFERRED reading of the "step evaluation window" W of BoT-GRPO, arXiv 2610.09804]:
+unit u_i covers the W consecutive steps i, …, i+W−1, for i = 0, …, n−W (n < W: one unit of all n steps;
 n = 0: none). A token of step k lies in every unit containing k:
 
   S(t) = {u_i : i ≤ k(t) ≤ i+W−1},   local(t) = w_s·(1/|S_k|)·Σ_{s ∈ S(t)} e_s

@@ -94,7 +94,7 @@ def test_committed_without_outputs(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_paired_markdown_matches_the_notebook(name):
-  """STYLE.md §7.9: each notebook has a jupytext MyST twin (`notebooks/<name>.md`) for review;
+  """Each notebook has a jupytext MyST twin (`notebooks/<name>.md`) for review;
   after an edit run `jupytext --sync notebooks/*.ipynb`."""
   jupytext = pytest.importorskip("jupytext")
   nb = _read(name)

@@ -1,6 +1,6 @@
 """LLM code judge, VLM screenshot judge and the pairwise VLM judge, over an OpenAI-compatible API.
 
-Reply formats (ALGORITHMS.md, "Judge protocols"; the prompts below are written for botjax):
+Reply formats (BoT-GRPO, arXiv 2610.09804, App. D; the prompts below are written for botjax):
 
 - code judge: sees the request and the code (fence-free, each line prefixed `i: `, 0-indexed),
   never a rendering. Replies `SCORE: <0..10>` (or the non-React sentinel `SCORE: -3`) and
