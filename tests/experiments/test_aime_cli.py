@@ -109,6 +109,9 @@ def test_tiny_end_to_end_default_warm_start(tmp_path):
   _check_tiny_run(tmp_path)
 
 
+# ~40 s each; the plans of these presets are checked against the compiler in
+# tests/models/test_models_plan.py, and qwen2.5-3b's dry run above takes the same CLI path
+@pytest.mark.slow
 @pytest.mark.parametrize("model,params", [("smollm3-3b", "3,075.1 M"),
                                           ("phi-4-mini-reasoning", "3,836.0 M")])
 def test_dry_run_plan_for_the_other_target_presets(tmp_path, model, params):

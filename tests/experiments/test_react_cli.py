@@ -218,6 +218,7 @@ def test_win_rate_curve_over_saved_checkpoints(trained, server, tmp_path):
   assert (out / "winrate_curve.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow   # ~90 s; the block -> step mapping is tested in tests/rewards/react/test_react_lines.py
 def test_pure_runs_on_react(trained, tmp_path):
   # PURE reads the line penalties as step scores of blank-line-separated blocks; one step of the
   # tiny pipeline, on a copy of the trained run's warm start (no second warm start)
