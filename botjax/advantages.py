@@ -39,10 +39,7 @@ GRPO_SCALES = tuple(s.value for s in GrpoScale)
 
 def grpo_scale(scale) -> GrpoScale:
   """Parses a GRPO scale (a `GrpoScale` or its string value)."""
-  try:
-    return GrpoScale(scale)
-  except ValueError:
-    raise ValueError(f"unknown GRPO scale {scale!r}; valid: {', '.join(GRPO_SCALES)}") from None
+  return ops.parse_enum(GrpoScale, scale, "GRPO scale")
 
 
 def _check_groups(values: Array, group_ids, num_groups) -> Array:

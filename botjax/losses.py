@@ -20,6 +20,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from botjax import ops
 from botjax.ops import f32 as _f32
 from botjax.types import Array
 
@@ -56,10 +57,7 @@ AGG_MODES = tuple(m.value for m in AggMode)
 
 def agg_mode(mode) -> AggMode:
   """Parses an aggregation mode (an `AggMode` or its string value)."""
-  try:
-    return AggMode(mode)
-  except ValueError:
-    raise ValueError(f"unknown aggregation mode {mode!r}; valid: {', '.join(AGG_MODES)}") from None
+  return ops.parse_enum(AggMode, mode, "aggregation mode")
 
 
 def kl_kind(kind) -> KlKind:

@@ -23,6 +23,16 @@ def f32(x) -> Array:
   return jnp.asarray(x, dtype=jnp.float32)
 
 
+def parse_enum(cls, value, what: str):
+  """`cls(value)` for a str-valued enum `cls`, or a ValueError that names `what`, the bad value
+  and the valid values."""
+  try:
+    return cls(value)
+  except ValueError:
+    valid = ", ".join(m.value for m in cls)
+    raise ValueError(f"unknown {what} {value!r}; valid: {valid}") from None
+
+
 def _bool(mask) -> Array:
   return jnp.asarray(mask, dtype=jnp.bool_)
 
