@@ -8,6 +8,9 @@ import sys
 
 from absl import app, flags, logging
 
+# transformers' advisory that PyTorch is absent says nothing to a botjax user (the models are JAX)
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
 
 class UserError(Exception):
   """A problem the user can fix; printed without a traceback, exit code 2."""
