@@ -13,6 +13,7 @@ accuracy thresholds, the update schedule and which mechanisms it left inert). Wi
 """
 
 import os
+import shutil
 import sys
 import time
 
@@ -39,6 +40,9 @@ flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each ro
                      "(TrainConfig.mini_batches); with 1 (and ppo_epochs=1) the PPO ratio is 1.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
+flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 1e-4,2e-4,3e-4: every recipe runs each "
+                  "on seed 0, and its best (mean of its last five held-out evaluations) runs on "
+                  "--seeds seeds. Empty: every recipe at the config's 3e-4.")
 flags.DEFINE_bool("report_only", False, "Only write the plot and table of the finished runs.")
 flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
 
@@ -60,6 +64,21 @@ def inert_mechanisms(schedule: set[tuple[int, int]]) -> str:
   return text
 
 
+def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float]) -> str:
+  """Markdown table of the learning-rate sweep: per recipe, the mean of the last five held-out
+  evaluations of seed 0 at each learning rate; the recipe's best (the one it ran on every seed)
+  in bold."""
+  rows = ["| recipe | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
+          "|---|" + "---|" * len(lrs)]
+  for algo, acc in sweep.items():
+    best = max(acc, key=acc.get) if acc else None
+    cells = [("—" if lr not in acc else f"**{acc[lr]:.3f}**" if lr == best else f"{acc[lr]:.3f}")
+             for lr in lrs]
+    rows.append(f"| {algo} | " + " | ".join(cells) + " |")
+  return ("Learning-rate sweep (seed 0; mean held-out accuracy of the last five evaluations; "
+          "bold: the rate each recipe ran on every seed):\n\n" + "\n".join(rows))
+
+
 def main(argv):
   del argv
   _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
@@ -69,40 +88,59 @@ def main(argv):
                            config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
         f"{prepared.seconds:.1f} s)", flush=True)
-  runs, timings, schedule = {}, {}, set()
+  timings, schedule = {}, set()
+
+  def run(algo: str, seed: int, lr: float | None) -> list[dict] | None:
+    """Trains (or reuses) one run and returns its metrics records; None if left out."""
+    name = f"{algo}-seed{seed}" if lr is None else f"{algo}-lr{lr:.0e}-seed{seed}"
+    workdir = os.path.join(FLAGS.workdir, name)
+    if FLAGS.fresh and os.path.isdir(workdir) and name not in timings:
+      shutil.rmtree(workdir)
+    lr_flags = [] if lr is None else [f"optim.learning_rate={lr!r}"]
+    cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
+                                  overrides=[*recipe_flags(algo), f"mini_batches={FLAGS.mini_batches}",
+                                             *FLAGS.set, *lr_flags])
+    schedule.add((cfg.ppo_epochs, cfg.mini_batches))
+    done = _cli.finished_seconds(workdir, cfg)
+    if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
+      if name not in timings:
+        print(f"{name}: finished earlier ({done:.0f} s), reusing it", flush=True)
+      timings[name] = done
+    elif FLAGS.report_only:
+      print(f"{name}: not finished, left out of the report", flush=True)
+      return None
+    else:
+      if os.path.isdir(workdir) and not os.path.isdir(os.path.join(workdir, "checkpoints")):
+        shutil.rmtree(workdir)   # a partial run without checkpoints (the default) starts over
+      t0 = time.perf_counter()
+      trainer = arith.make_trainer(prepared, cfg, w_s=FLAGS.w_s, noise=FLAGS.judge_noise)
+      try:
+        trainer.run()
+      finally:
+        trainer.close()
+      timings[name] = time.perf_counter() - t0
+      _cli.save_seconds(workdir, timings[name], cfg)
+      print(f"{name}: {timings[name]:.0f} s", flush=True)
+    return read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+
+  lrs = [float(x) for x in FLAGS.lrs]
+  best_lr: dict[str, float | None] = {algo: None for algo in FLAGS.algos}
+  sweep: dict[str, dict[float, float]] = {}
+  for algo in FLAGS.algos:               # the sweep: every learning rate on seed 0
+    sweep[algo] = {}
+    for lr in lrs:
+      recs = run(algo, 0, lr)
+      if recs is not None:
+        sweep[algo][lr] = report.last_mean(recs, "eval/accuracy", 5)
+    if sweep[algo]:
+      best_lr[algo] = max(sweep[algo], key=sweep[algo].get)
+  runs = {}
   for algo in FLAGS.algos:
-    runs[algo] = []
-    for seed in range(FLAGS.seeds):
-      workdir = os.path.join(FLAGS.workdir, f"{algo}-seed{seed}")
-      if FLAGS.fresh and os.path.isdir(workdir):
-        import shutil
-        shutil.rmtree(workdir)
-      cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
-                                    overrides=[*recipe_flags(algo),
-                                               f"mini_batches={FLAGS.mini_batches}", *FLAGS.set])
-      name = f"{algo}-seed{seed}"
-      schedule.add((cfg.ppo_epochs, cfg.mini_batches))
-      done = _cli.finished_seconds(workdir, cfg)
-      if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d
-        timings[name] = done
-        print(f"{algo} seed {seed}: finished earlier ({done:.0f} s), reusing it", flush=True)
-      elif FLAGS.report_only:
-        print(f"{algo} seed {seed}: not finished, left out of the report", flush=True)
-        continue
-      else:
-        if os.path.isdir(workdir) and not os.path.isdir(os.path.join(workdir, "checkpoints")):
-          import shutil          # a partial run without checkpoints (the default) starts over
-          shutil.rmtree(workdir)
-        t0 = time.perf_counter()
-        trainer = arith.make_trainer(prepared, cfg, w_s=FLAGS.w_s, noise=FLAGS.judge_noise)
-        try:
-          trainer.run()
-        finally:
-          trainer.close()
-        timings[name] = time.perf_counter() - t0
-        _cli.save_seconds(workdir, timings[name], cfg)
-        print(f"{algo} seed {seed}: {timings[name]:.0f} s", flush=True)
-      runs[algo].append(read_jsonl(os.path.join(workdir, "metrics.jsonl")))
+    if lrs and best_lr[algo] is None:
+      continue                           # no sweep run of this recipe has finished
+    label = algo if best_lr[algo] is None else f"{algo} (lr {best_lr[algo]:g})"
+    runs[label] = [r for seed in range(FLAGS.seeds)
+                   if (r := run(algo, seed, best_lr[algo])) is not None]
   base = [r for recs in runs.values() for r in recs]
   start = next((r["eval/accuracy"] for recs in base for r in recs if "eval/accuracy" in r), 0.0)
   thresholds = [round(start + d, 2) for d in (0.10, 0.15, 0.25)]
@@ -120,7 +158,11 @@ def main(argv):
             f"(warm start {prepared.seconds:.0f} s); run times (each measured when it ran), "
             f"sum {sum(timings.values()):.0f} s: "
             + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ".\n")
+    if lrs:
+      f.write("\n" + sweep_table(sweep, lrs) + "\n")
   print(table)
+  if lrs:
+    print(sweep_table(sweep, lrs))
   print(inert)
   print(f"wrote {png} and {md} in {total:.0f} s")
 

@@ -27,6 +27,15 @@ def mean_se(xs: Sequence[float], digits: int = 3) -> str:
   return f"{float(np.mean(xs)):.{digits}f} ± {standard_error(xs):.{digits}f}"
 
 
+def last_mean(recs: Sequence[Mapping], key: str = "eval/accuracy", k: int = 5) -> float:
+  """Mean of the last `k` values of `key` in one run's records (fewer if it has fewer); the
+  criterion of a learning-rate sweep, less noisy than the final value alone."""
+  _, v = series(recs, key)
+  if not v.size:
+    raise ValueError(f"no {key!r} in the records")
+  return float(np.mean(v[-k:]))
+
+
 def summary_table(runs: Mapping[str, Sequence[Sequence[Mapping]]], *, key: str = "eval/accuracy",
                   thresholds: Sequence[float] = (), baseline: float | None = None) -> str:
   """Markdown table: per algorithm, start/final/best `key` and the gain (mean ± standard error
@@ -69,4 +78,4 @@ def summary_table(runs: Mapping[str, Sequence[Sequence[Mapping]]], *, key: str =
   return "\n".join(rows) + f"\n\n{note}."
 
 
-__all__ = ["mean_se", "series", "standard_error", "steps_to_threshold", "summary_table"]
+__all__ = ["last_mean", "mean_se", "series", "standard_error", "steps_to_threshold", "summary_table"]

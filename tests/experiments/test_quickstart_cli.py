@@ -2,6 +2,8 @@
 import json
 import os
 
+import numpy as np
+
 from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,17 +32,30 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
   assert (tmp_path / "quickstart.png").stat().st_size > 10_000
   report = _run("--algos=grpo,bot_grpo,rloo", "--report_only", f"--workdir={tmp_path}", *TINY)
   assert report.returncode == 0, report.stderr[-3000:]
-  assert "rloo seed 0: not finished, left out" in report.stdout
+  assert "rloo-seed0: not finished, left out" in report.stdout
   assert not (tmp_path / "rloo-seed0").exists()
   # a second call (e.g. the rest of the comparison) reuses finished runs and trains the new one
   again = _run("--algos=grpo,bot_grpo,rloo", f"--workdir={tmp_path}", *TINY)
   assert again.returncode == 0, again.stderr[-3000:]
-  assert again.stdout.count("reusing it") == 2 and "rloo seed 0:" in again.stdout
+  assert again.stdout.count("reusing it") == 2 and "rloo-seed0:" in again.stdout
   assert "| rloo | 1 |" in (tmp_path / "quickstart.md").read_text()
   # another config is not "finished": two mini-batches per rollout batch train again, and the
-  # table no longer calls the ratio mechanisms inert
-  third = _run("--algos=grpo", f"--workdir={tmp_path}", *TINY, "--mini_batches=2")
+  # table no longer calls the ratio mechanisms inert. A learning-rate sweep runs each rate on
+  # seed 0 and the best (mean of the last evaluations) on every seed.
+  third = _run("--algos=grpo", f"--workdir={tmp_path}", *TINY, "--mini_batches=2",
+               "--lrs=3e-4,1e-9", "--seeds=2")
   assert third.returncode == 0 and "reusing it" not in third.stdout, third.stderr[-3000:]
-  assert '"mini_batches": 2' in (tmp_path / "grpo-seed0" / "config.json").read_text()
+  cfg = json.loads((tmp_path / "grpo-lr1e-09-seed0" / "config.json").read_text())
+  assert cfg["train"]["mini_batches"] == 2 and cfg["train"]["optim"]["learning_rate"] == 1e-9
   table = (tmp_path / "quickstart.md").read_text()
   assert "ppo_epochs=1, mini_batches=2." in table and "nothing to act on" not in table
+  acc = {lr: [json.loads(line) for line in open(tmp_path / f"grpo-lr{lr}-seed0" / "metrics.jsonl")]
+         for lr in ("3e-04", "1e-09")}
+  last = {lr: np.mean([r["eval/accuracy"] for r in recs if "eval/accuracy" in r][-5:])
+          for lr, recs in acc.items()}
+  best = max(last, key=last.get)
+  assert (tmp_path / f"grpo-lr{best}-seed1" / "seconds.json").exists()
+  other = "1e-09" if best == "3e-04" else "3e-04"
+  assert not (tmp_path / f"grpo-lr{other}-seed1").exists()
+  assert f"| grpo (lr {float(best):g}) | 2 |" in table
+  assert f"**{last[best]:.3f}**" in table and f"| {last[other]:.3f} |" in table.replace("| **", "| ")
