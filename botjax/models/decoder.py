@@ -26,6 +26,13 @@ def _block(layer: Block, x, cos, sin, allowed, prefix=None, *, implementation="c
                causal=causal)
 
 
+def _window_mask(allowed: jax.Array, distance: jax.Array, window) -> jax.Array:
+  """allowed [B, L, S] & (distance [L, S] < window), or `allowed` itself for window None."""
+  if window is None:
+    return allowed
+  return allowed & (distance < window)[None]
+
+
 _REMAT_BLOCKS: dict = {}
 
 
@@ -42,6 +49,29 @@ def _block_fn(remat: bool, implementation: str, causal: bool):
   if key not in _REMAT_BLOCKS:
     _REMAT_BLOCKS[key] = nnx.remat(block)
   return _REMAT_BLOCKS[key]
+
+
+# The window of a layer without one, in a layer scan: every distance is below it.
+_NO_WINDOW = np.iinfo(np.int32).max
+
+
+def _stack_blocks(blocks: list[Block]) -> Block:
+  """One `Block` whose parameters are those of `blocks` stacked on a leading [num_layers] axis.
+
+  The first block is reused as the container (its variables get the stacked values, and
+  their `logical_axes` a leading `"layers"` name, which the sharding rules leave unsharded).
+  Its `use_rope` is True when any layer applies RoPE; the layers that do not are told so at
+  call time (`Block.__call__`'s `rope_on`).
+  """
+  stack = blocks[0]
+  flat = [dict(nnx.to_flat_state(nnx.state(b))) for b in blocks]
+  for path, var in flat[0].items():
+    var.set_value(jnp.stack([f[path].get_value() for f in flat]))
+    axes = var.get_metadata().get("logical_axes")
+    if axes is not None:
+      var.set_metadata("logical_axes", ("layers",) + tuple(axes))
+  stack.use_rope = any(b.use_rope for b in blocks)
+  return stack
 
 
 @struct.dataclass
@@ -131,7 +161,7 @@ class Decoder(nnx.Module):
   """
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32, remat: bool = False):
+               param_dtype=jnp.float32, remat: bool = False, scan_layers: bool = False):
     """Builds the decoder with random weights (or abstract ones under `nnx.eval_shape`).
 
     Args:
@@ -141,15 +171,23 @@ class Decoder(nnx.Module):
       param_dtype: storage dtype of the parameters.
       remat: recompute each block in the backward pass (`nnx.remat`) instead of keeping its
         activations; applies to the forward without a cache (training).
+      scan_layers: store the blocks as one `Block` whose parameters have a leading
+        [num_layers] axis (`self.layers`) and run them with `jax.lax.scan`: the compiled
+        program holds one layer, not num_layers. Same outputs as unrolled, and the same
+        initial weights for the same `rngs` (the blocks are built one by one, then stacked:
+        eagerly, the layers' weights exist twice for a moment; under `nnx.eval_shape` or
+        `jax.jit` they do not).
     """
     self.config = cfg
     self.dtype = dtype
     self.remat = remat
+    self.scan_layers = scan_layers
     d, v = cfg.hidden_size, cfg.vocab_size
     # HF's initializer_range: a near-uniform initial policy when the embedding is tied.
     self.embed = _param(rngs, (v, d), ("vocab", "embed"), param_dtype, fan_in=2500)
-    self.layers = nnx.List([Block(cfg, i, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-                            for i in range(cfg.num_layers)])
+    blocks = [Block(cfg, i, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+              for i in range(cfg.num_layers)]
+    self.layers = _stack_blocks(blocks) if scan_layers else nnx.List(blocks)
     self.final_norm = RMSNorm(d, eps=cfg.rms_norm_eps, rngs=rngs, param_dtype=param_dtype)
     if not cfg.tie_word_embeddings:
       self.lm_head = _param(rngs, (d, v), ("embed", "vocab"), param_dtype, fan_in=d)
@@ -228,7 +266,31 @@ class Decoder(nnx.Module):
         cache_distance = (index + offsets)[:, None] - slots[None, :]  # [L, S]
         allowed_cache = jnp.broadcast_to(                            # earlier valid slots
             (valid & (slots[None, :] < index))[:, None, :], (b, l, cache.max_len))
-    for i, layer in enumerate(self.layers):
+    if self.scan_layers:
+      def step(layer, carry, per):
+        x, k_all, v_all = carry
+        window, rope_on = per.get("window"), per.get("rope")
+        layer_allowed = _window_mask(allowed, distance, window)
+        if cache is None:
+          x, _ = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True,
+                       rope_on=rope_on)
+        elif not fresh:
+          layer_cache = _window_mask(allowed_cache, cache_distance, window)
+          x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
+                                    CachedLayer(k_all, v_all, per["index"], index, layer_cache,
+                                                cache.layout),
+                                    implementation=impl, rope_on=rope_on)
+        else:
+          x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True,
+                            rope_on=rope_on)
+          k_all, v_all = write_slots(k_all, v_all, per["index"], index, k, v, cache.layout)
+        return x, k_all, v_all
+
+      if cache is None:
+        k_all = v_all = None
+      x, k_all, v_all = self._layer_scan(step, (x, k_all, v_all),
+                                         remat=self.remat and cache is None)
+    for i, layer in enumerate(() if self.scan_layers else self.layers):
       window = cfg.window(i)
       layer_allowed = allowed
       if window is not None:
@@ -310,6 +372,19 @@ class Decoder(nnx.Module):
     cols = jnp.arange(p + l, dtype=jnp.int32)
     distance = cols[:, None] - cols[None, :]                         # query col − key col
     impl = attention_implementation(cfg.attention)
+    if self.scan_layers:
+      def step(layer, carry, per):
+        xp, x = carry
+        window, rope_on = per.get("window"), per.get("rope")
+        xp, (kp, vp) = layer(xp, cos_p, sin_p, _window_mask(allowed_p, distance[:p, :p], window),
+                             implementation=impl, causal=True, rope_on=rope_on)
+        prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))
+        x, _ = layer(x, cos, sin, _window_mask(allowed, distance[p:], window), None, prefix,
+                     implementation=impl, causal=False, rope_on=rope_on)
+        return xp, x
+
+      xp, x = self._layer_scan(step, (xp, x), remat=self.remat)
+      return self.final_norm(xp), self.final_norm(x)
     block_p = _block_fn(self.remat, impl, True)
     block = _block_fn(self.remat, impl, False)
     for i, layer in enumerate(self.layers):
@@ -322,6 +397,40 @@ class Decoder(nnx.Module):
       prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # rows' prefix k, v
       x, _ = block(layer, x, cos, sin, layer_allowed, prefix)
     return self.final_norm(xp), self.final_norm(x)
+
+  def _layer_scan(self, step, carry, *, remat: bool = False):
+    """Runs `step` over the stacked layers of a `scan_layers` decoder (`jax.lax.scan`).
+
+    Args:
+      step: (layer, carry, per) -> carry: one layer's work, `layer` a `Block` holding that
+        layer's parameters, `per` a dict of that layer's `index` (int32 scalar) and, where
+        the layers differ in them, its `window` (int32; `_NO_WINDOW` for full attention) and
+        `rope` (bool: whether it applies RoPE).
+      carry: the initial carry (a pytree of arrays).
+      remat: recompute each layer's step in the backward pass (`jax.checkpoint`) instead of
+        keeping its activations.
+
+    Returns:
+      The carry after the last layer.
+    """
+    cfg = self.config
+    n = cfg.num_layers
+    graphdef, state = nnx.split(self.layers)
+    per = {"index": jnp.arange(n, dtype=jnp.int32)}
+    windows = [cfg.window(i) for i in range(n)]
+    if any(w is not None for w in windows):
+      per["window"] = jnp.asarray([_NO_WINDOW if w is None else w for w in windows], jnp.int32)
+    ropes = [cfg.uses_rope(i) for i in range(n)]
+    if any(ropes) and not all(ropes):
+      per["rope"] = jnp.asarray(ropes, bool)
+
+    def body(carry, xs):
+      layer_state, layer_per = xs
+      return step(nnx.merge(graphdef, layer_state), carry, layer_per), None
+
+    if remat:
+      body = jax.checkpoint(body, prevent_cse=False)
+    return jax.lax.scan(body, carry, (state, per))[0]
 
   def unembed(self, hidden: jax.Array) -> jax.Array:
     """Logits of hidden states: h Eᵀ (tied) or h W_lm.

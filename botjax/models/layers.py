@@ -316,7 +316,7 @@ def write_slots(k_all: jax.Array, v_all: jax.Array, layer: int, index: jax.Array
   Args:
     k_all, v_all: keys and values of every layer, [num_layers, B, K, H, S] for layout
       `"BKHS"` (slots last, the `"cpu"` attention) or [num_layers, B, S, K, H] for `"BSKH"`.
-    layer: the layer (a Python int).
+    layer: the layer (a Python int, or an int32 scalar in a layer scan).
     index: int32 scalar, the first slot written.
     k, v: the new tokens' keys and values as `Attention` returns them: [B, K, L, H] for
       `"BKHS"`, [B, L, K, H] for `"BSKH"`.
@@ -347,7 +347,7 @@ class CachedLayer(NamedTuple):
     k: keys of every layer, as `KVCache.k` ([num_layers, B, K, H, S] or [num_layers, B, S,
       K, H] by `layout`).
     v: values of every layer, as `KVCache.v`.
-    layer: this layer's index into k and v (a Python int).
+    layer: this layer's index into k and v (a Python int, or an int32 scalar in a layer scan).
     index: int32 scalar, the slot of the first new token.
     allowed: bool [B, L, S], which earlier slots (before `index`) each new query may see;
       the new tokens see each other through the layer's own `allowed` [B, L, L].
@@ -625,10 +625,20 @@ class Block(nnx.Module):
     self.mlp = MLP(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
 
   def __call__(self, x, cos, sin, allowed, cached=None, prefix=None, *,
-               implementation: str = "cpu", causal: bool = False):
-    """x [B, L, D] -> (x [B, L, D], new (k, v)); arguments as `Attention.__call__`."""
+               implementation: str = "cpu", causal: bool = False,
+               rope_on: jax.Array | None = None):
+    """x [B, L, D] -> (x [B, L, D], new (k, v)); arguments as `Attention.__call__`.
+
+    `rope_on` (a bool scalar, possibly traced) says whether this layer applies RoPE when one
+    stacked block stands for layers that differ in it (`Decoder(scan_layers=True)` on
+    SmolLM3's NoPE layers); a NoPE layer then rotates by angle 0 (cos 1, sin 0), which leaves
+    q and k exactly as they are.
+    """
     if not self.use_rope:
       cos = sin = None
+    elif rope_on is not None and cos is not None:
+      cos = jnp.where(rope_on, cos, jnp.ones_like(cos))
+      sin = jnp.where(rope_on, sin, jnp.zeros_like(sin))
     with jax.named_scope("attention"):
       y, new_kv = self.attn(self.input_norm(x), cos, sin, allowed, cached, prefix,
                             implementation=implementation, causal=causal)

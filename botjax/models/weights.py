@@ -7,6 +7,7 @@ on the host and places it straight onto its mesh sharding; the host holds at mos
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -154,7 +155,8 @@ def _rule_lookup(cfg: DecoderConfig) -> dict[str, tuple[families.WeightRule, tup
 def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
                     mesh: jax.sharding.Mesh | None = None, rules=RULES,
                     local_files_only: bool | None = None,
-                    cache_dir: str | None = None, remat: bool = False) -> Decoder:
+                    cache_dir: str | None = None, remat: bool = False,
+                    scan_layers: bool = False) -> Decoder:
   """Loads a Hugging Face checkpoint (Qwen2/2.5, Llama 3.x, SmolLM3, Phi-3/4-mini) as a Decoder.
 
   The config comes from the checkpoint's `config.json`. Every tensor of the safetensors files
@@ -173,6 +175,10 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
       HF_HUB_OFFLINE is set).
     cache_dir: for repo ids: the HF cache directory (default: the hub's).
     remat: `Decoder(remat=)`: recompute each block in the backward pass (less memory).
+    scan_layers: `Decoder(scan_layers=)`: the layers' parameters stacked on a leading
+      [num_layers] axis and run with `jax.lax.scan` (one layer compiled, not all of them).
+      Each stacked parameter is allocated once on its sharding and filled in place, one
+      layer's tensor at a time.
 
   Returns:
     The `Decoder`, its config at `model.config`.
@@ -180,11 +186,18 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
   ckpt = resolve_checkpoint(path_or_repo, local_files_only=local_files_only, cache_dir=cache_dir)
   cfg = read_config(ckpt)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
-                                            param_dtype=param_dtype, remat=remat))
+                                            param_dtype=param_dtype, remat=remat,
+                                            scan_layers=scan_layers))
   graphdef, state = nnx.split(abstract)
   variables = {".".join(str(p) for p in path): var for path, var in nnx.to_flat_state(state)}
+  if scan_layers:   # per-layer paths ("layers.3.attn.q_kernel") name slices of stacked ones
+    stacked = {p: var for p, var in variables.items() if p.startswith("layers.")}
+    variables = {p: var for p, var in variables.items() if p not in stacked}
+    variables.update({_layer_path(p, i): _LayerSlice(var, i) for p, var in stacked.items()
+                      for i in range(cfg.num_layers)})
   lookup = _rule_lookup(cfg)
   filled: dict[str, jax.Array] = {}
+  stacks: dict[str, jax.Array] = {}
   for file in _weight_files(ckpt):
     with safe_open(file, "np") as f:
       for name in f.keys():
@@ -211,15 +224,77 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
             raise shape_error
           if path in filled:
             raise ValueError(f"checkpoint tensor {name!r} fills {path} a second time")
-          filled[path] = _place(np.asarray(array), want.dtype, var, mesh, rules)
+          if isinstance(var, _LayerSlice):
+            filled[path] = True
+            stacks[var.path] = _fill_layer(stacks.get(var.path), np.asarray(array), want.dtype,
+                                           var, mesh, rules)
+          else:
+            filled[path] = _place(np.asarray(array), want.dtype, var, mesh, rules)
   missing = sorted(set(variables) - set(filled))
   if missing:
     hf_of = {p: name for name, (_, paths) in lookup.items() for p in paths}
     raise ValueError(f"checkpoint {ckpt} lacks {len(missing)} tensors, e.g. "
                      f"{hf_of.get(missing[0], missing[0])!r} (for {missing[0]})")
   for path, var in variables.items():
-    var.set_value(filled[path])
+    if isinstance(var, _LayerSlice):
+      var.var.set_value(stacks[var.path])
+    else:
+      var.set_value(filled[path])
   return nnx.merge(graphdef, state)
+
+
+def _layer_path(stacked_path: str, layer: int) -> str:
+  """The per-layer path of one layer of a stacked parameter: layers.attn.q -> layers.3.attn.q."""
+  return f"layers.{layer}.{stacked_path[len('layers.'):]}"
+
+
+class _LayerSlice:
+  """Layer `layer` of a stacked (`scan_layers`) parameter, as `load_pretrained` fills it.
+
+  Quacks like the per-layer variable for the shape check: `get_value()` is the slice's
+  abstract shape and dtype, `get_metadata()` the stacked axes without the leading one.
+  """
+
+  def __init__(self, var: nnx.Variable, layer: int):
+    self.var, self.layer = var, layer
+    self.path = id(var)
+    whole = var.get_value()
+    self._slice = jax.ShapeDtypeStruct(whole.shape[1:], whole.dtype)
+
+  def get_value(self):
+    return self._slice
+
+  def get_metadata(self) -> dict:
+    axes = self.var.get_metadata().get("logical_axes")
+    return {"logical_axes": None if axes is None else tuple(axes)[1:]}
+
+
+def _fill_layer(stack: jax.Array | None, array: np.ndarray, dtype, part: _LayerSlice, mesh,
+                rules) -> jax.Array:
+  """Writes one layer's host array into its stacked parameter, in place on the devices.
+
+  The stacked array is allocated (zeros, on its sharding) by the first layer that arrives; each
+  layer is then placed on the sharding of one slice and written into it by a jitted update that
+  donates the stack, so the devices hold the stack once plus one layer, and the host one layer.
+  """
+  whole = part.var.get_value()
+  if stack is None:
+    if mesh is None:
+      sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    else:
+      axes = part.var.get_metadata().get("logical_axes")
+      spec = (jax.sharding.PartitionSpec() if axes is None
+              else logical_to_spec(axes, rules=rules, mesh=mesh, shape=whole.shape))
+      sharding = jax.sharding.NamedSharding(mesh, spec)
+    stack = jax.jit(lambda: jnp.zeros(whole.shape, dtype), out_shardings=sharding)()
+  layer = _place(array, dtype, part, mesh, rules)
+  return _set_layer(stack, layer, jnp.asarray(part.layer, jnp.int32))
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _set_layer(stack: jax.Array, layer: jax.Array, index: jax.Array) -> jax.Array:
+  """stack with stack[index] = layer (in place: the stack is donated)."""
+  return jax.lax.dynamic_update_index_in_dim(stack, layer.astype(stack.dtype), index, 0)
 
 
 def _place(array: np.ndarray, dtype, var: nnx.Variable, mesh, rules) -> jax.Array:
@@ -254,9 +329,15 @@ def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
   writer = jax.process_index() == 0
   state = nnx.state(model)
   values = {".".join(str(p) for p in k): v.get_value() for k, v in nnx.to_flat_state(state)}
+  if getattr(model, "scan_layers", False):   # stacked [num_layers, ...]: one entry per layer
+    stacked = {p: values.pop(p) for p in [p for p in values if p.startswith("layers.")]}
+    values.update({_layer_path(p, i): _StackedLayer(stack, i) for p, stack in stacked.items()
+                   for i in range(cfg.num_layers)})
   host = jax.devices("cpu")[0]  # shards accumulate in host memory, not on an accelerator
 
-  def fetch(array: jax.Array) -> np.ndarray:
+  def fetch(array) -> np.ndarray:
+    if isinstance(array, _StackedLayer):
+      array = array.get()
     if not array.is_fully_addressable:
       array = multihost_utils.process_allgather(array, tiled=True)
     return np.asarray(jax.device_get(array)).astype(np.float32)
@@ -292,6 +373,18 @@ def save_pretrained(model: Decoder, path: str, *, dtype: Any = None,
       total += arr.size * arr.dtype.itemsize
   with open(os.path.join(path, _INDEX), "w") as f:
     json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+class _StackedLayer:
+  """Layer `layer` of a stacked parameter, sliced on its devices only when `save_pretrained`
+  fetches it (so the host never holds more than one layer's tensor)."""
+
+  def __init__(self, stack: jax.Array, layer: int):
+    self.stack, self.layer = stack, layer
+    self.dtype = stack.dtype
+
+  def get(self) -> jax.Array:
+    return self.stack[self.layer]
 
 
 def load_tokenizer(path_or_repo: str, *, local_files_only: bool | None = None,
