@@ -63,6 +63,9 @@ class TrainConfig:
   logprob_chunk: int = 128             # tokens per chunk of the chunked log-prob computation
   remat: bool | None = None            # recompute each decoder block in the backward pass
                                        # (less memory, ~1/3 more compute); None = the model's own
+  scan_layers: bool | None = None      # the model's layers stacked and run as one lax.scan
+                                       # (much shorter compiles); set when it is built or loaded
+                                       # (load_pretrained(scan_layers=)); None = the model's own
   share_prompts: bool = True           # a group's rows share one forward pass of their prompt
   host_threads: int = 0                # threads for sampling and update (0 = 2 on small CPU hosts)
   seed: int = 0

@@ -142,6 +142,13 @@ class RLTrainer:
                                       host_threads=cfg.host_threads or None)
 
     # parameters and optimizer
+    scanned = bool(getattr(model, "scan_layers", False))
+    if cfg.scan_layers is not None and cfg.scan_layers != scanned:
+      raise ValueError(f"TrainConfig.scan_layers={cfg.scan_layers}, but the model was built "
+                       f"with scan_layers={scanned}: the layout of its parameters is fixed when "
+                       f"it is built; load it with load_pretrained(..., scan_layers="
+                       f"{cfg.scan_layers}) (or Decoder(..., scan_layers={cfg.scan_layers})), "
+                       f"or set scan_layers=None")
     self.graphdef, params, self.rest = step_lib.split_model(model, remat=cfg.remat)
     self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     self.optimizer = step_lib.make_optimizer(cfg.optim, cfg.steps * cfg.ppo_epochs * cfg.mini_batches)

@@ -309,3 +309,46 @@ def test_host_threads_give_the_same_update(env, tmp_path):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5)
   with pytest.raises(ValueError, match="host_threads must be >= 0"):
     make_trainer(env, base_config(tmp_path / "bad", host_threads=-1))
+
+
+def _per_layer(params, num_layers):
+  """Parameter arrays by per-layer path; stacked (scan_layers) ones split into their layers."""
+  out = {}
+  for path, var in nnx.to_flat_state(params):
+    name = ".".join(map(str, path))
+    value = np.asarray(var.get_value() if isinstance(var, nnx.Variable) else var)
+    if name.startswith("layers.") and not name.split(".")[1].isdigit():
+      out.update({f"layers.{i}.{name[7:]}": value[i] for i in range(num_layers)})
+    else:
+      out[name] = value
+  return out
+
+
+def test_scanned_layers_train_like_unrolled(env, tmp_path):
+  """A `Decoder(scan_layers=True)` runs the loop (sampler, update, checkpoint) and takes the
+  unrolled decoder's step; `TrainConfig.scan_layers` must agree with the model it is given."""
+  reward = MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5)
+  kw = dict(tokenizer=env["tok"], reward_fn=reward,
+            prompt_fn=lambda r: data.chat_messages(r, data.ARITHMETIC_TEMPLATE))
+  runs = []
+  for scan in (False, True):
+    cfg = base_config(tmp_path / f"scan_{scan}", steps=1, checkpoint_every=1, scan_layers=scan)
+    model = models.Decoder(env["cfg"], rngs=nnx.Rngs(0), scan_layers=scan)
+    trainer = RLTrainer(cfg, model=model, prompts=ListPrompts(env["train"], seed=0), **kw)
+    try:
+      records = trainer.run()
+    finally:
+      trainer.close()
+    runs.append((records[0], _per_layer(jax.device_get(trainer.state.params),
+                                        env["cfg"].num_layers)))
+  (ra, pa), (rb, pb) = runs
+  assert math.isfinite(rb["loss"]) and rb["reward_mean"] == ra["reward_mean"]
+  np.testing.assert_allclose(rb["loss"], ra["loss"], rtol=1e-4, atol=1e-6)
+  assert sorted(pa) == sorted(pb)
+  for name in pa:
+    np.testing.assert_allclose(pb[name], pa[name], atol=1e-5, err_msg=name)
+  with pytest.raises(ValueError, match=r"TrainConfig.scan_layers=True, but the model was built "
+                                       r"with scan_layers=False"):
+    RLTrainer(base_config(tmp_path / "mismatch", scan_layers=True),
+              model=models.Decoder(env["cfg"], rngs=nnx.Rngs(0)),
+              prompts=ListPrompts(env["train"], seed=0), **kw)
