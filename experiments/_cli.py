@@ -68,6 +68,9 @@ def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bo
 def define_memory_flags() -> None:
   flags.DEFINE_bool("remat", None, "Recompute each decoder block in the backward pass (less "
                     "memory, ~1/3 more compute); default: the experiment's choice for --model.")
+  flags.DEFINE_bool("scan_layers", None, "Stack the decoder's layers and run them as one "
+                    "lax.scan (compiles the update several times faster, same results); "
+                    "default: the experiment's choice for --model.")
   flags.DEFINE_integer("micro_batch_size", None, "Rows per gradient-accumulation slice "
                        "(the update is the same; 0 = the whole mini-batch); default: the "
                        "experiment's choice for --model.")
@@ -81,12 +84,15 @@ def define_verbose_flag() -> None:
 
 
 def memory_settings(cfg, FLAGS):
-  """`cfg` (a TrainConfig) with --remat / --micro_batch_size (and --verbose) applied when given."""
+  """`cfg` (a TrainConfig) with --remat / --scan_layers / --micro_batch_size (and --verbose)
+  applied when given."""
   import dataclasses
   if getattr(FLAGS, "verbose", False):
     cfg = dataclasses.replace(cfg, verbose=True)
   if FLAGS.remat is not None:
     cfg = dataclasses.replace(cfg, remat=FLAGS.remat)
+  if getattr(FLAGS, "scan_layers", None) is not None:
+    cfg = dataclasses.replace(cfg, scan_layers=FLAGS.scan_layers)
   if FLAGS.micro_batch_size is not None:
     cfg = dataclasses.replace(cfg, micro_batch_size=FLAGS.micro_batch_size)
   return cfg

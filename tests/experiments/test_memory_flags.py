@@ -21,6 +21,7 @@ def test_aime_dry_run_defaults_fit_a_v5e_8(tmp_path):
                  timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
   assert "micro-batch 8, remat on" in r.stdout and '"remat": true' in r.stdout
+  assert '"scan_layers": true' in r.stdout      # full-size presets scan their layers
   assert "fits 16.00 GiB per device" in r.stdout and "NOT" not in r.stdout
 
 
@@ -32,3 +33,13 @@ def test_plan_text_fits_one_80_gb_gpu_and_names_settings_when_not():
   bare = TrainConfig(rollout=PAPER)                       # no remat, whole mini-batch
   text = _cli.plan_text("qwen2.5-3b", "fsdp:8", bare, 16, compute_flops=False)
   assert "does NOT fit 16.00 GiB" in text and "fits with: micro_batch_size=" in text, text
+
+
+def test_memory_settings_applies_scan_layers_when_given():
+  class Flags:
+    remat = micro_batch_size = None
+    scan_layers = False
+  cfg = TrainConfig(remat=True, scan_layers=True)
+  assert _cli.memory_settings(cfg, Flags).scan_layers is False
+  Flags.scan_layers = None                                 # not given: the experiment's choice
+  assert _cli.memory_settings(cfg, Flags).scan_layers is True
