@@ -158,6 +158,11 @@ class Decoder(nnx.Module):
   (`botjax.models.layers.attention_implementation`). Set it explicitly (e.g.
   `dataclasses.replace(cfg, attention="xla")`) to trace for a platform other than the one
   in use, as for `jax.export`.
+
+  With `scan_layers=True` the blocks are one `Block` of stacked parameters ([num_layers, ...])
+  that every forward path runs with `jax.lax.scan`; per-layer differences (sliding windows,
+  NoPE layers) become scanned values. XLA then compiles one layer instead of num_layers:
+  Qwen2.5-3B's RL update compiles several times faster on CPU (`benchmarks/compile_time.py`).
   """
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
