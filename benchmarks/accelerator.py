@@ -64,6 +64,8 @@ flags.DEFINE_integer("train_len", 1024, "Training: tokens per sequence (half of 
 flags.DEFINE_integer("micro", 16, "Training: micro-batches per step (gradient accumulation).")
 flags.DEFINE_integer("chunk", 128, "Training: completion positions per log-prob chunk.")
 flags.DEFINE_bool("remat", True, "Recompute each block in the backward pass (saves memory).")
+flags.DEFINE_bool("scan_layers", False, "Stack the layers and run them as one lax.scan "
+                  "(shorter compiles; Decoder(scan_layers=)).")
 flags.DEFINE_string("recipe", "bot_grpo", "Recipe of botjax.algorithms.RECIPES for the update.")
 flags.DEFINE_float("peak_tflops", 0.0, "Peak bf16 TFLOP/s per device (0: look up PEAK_BF16).")
 flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
@@ -148,7 +150,7 @@ def resolve_sizes() -> dict:
   return sizes
 
 
-def init_model(cfg, mesh, dtype, remat: bool, seed: int):
+def init_model(cfg, mesh, dtype, remat: bool, seed: int, scan_layers: bool = False):
   """A random-init Decoder whose parameters are created on their shardings (jitted init).
 
   Returns:
@@ -160,7 +162,8 @@ def init_model(cfg, mesh, dtype, remat: bool, seed: int):
   from botjax.models.sharding import state_shardings
 
   def make():
-    return Decoder(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=dtype, remat=remat)
+    return Decoder(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=dtype, remat=remat,
+                   scan_layers=scan_layers)
 
   def is_var(x):
     return isinstance(x, nnx.Variable)
@@ -338,6 +341,7 @@ def run() -> dict:
              "mesh": dict(mesh.shape), "peak_flops_per_device": peak,
              "peak_flops_source": peak_source}
   config = {"model": sizes["model"], "dtype": FLAGS.dtype, "remat": FLAGS.remat,
+            "scan_layers": FLAGS.scan_layers,
             "recipe": FLAGS.recipe, **{k: v for k, v in sizes.items() if k != "model"}}
   print(f"machine: {machine['host']}")
   print(f"jax {jax.__version__} on {device.platform}: {jax.local_device_count()} x "
@@ -345,7 +349,7 @@ def run() -> dict:
         f"{'n/a' if peak is None else f'{peak / 1e12:.0f} TFLOP/s per device'} ({peak_source})")
   print(f"config: {json.dumps(config)}", flush=True)
 
-  model, init_s = init_model(cfg, mesh, dtype, FLAGS.remat, FLAGS.seed)
+  model, init_s = init_model(cfg, mesh, dtype, FLAGS.remat, FLAGS.seed, FLAGS.scan_layers)
   results = {"compile_init_s": init_s}
   results.update(bench_rollout(model, cfg, mesh, sizes, dtype, FLAGS.seed))
   results["peak_memory_after_rollout_bytes"] = peak_memory()

@@ -89,7 +89,7 @@ def train_config(tiny):
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=384,
                                          max_new_tokens=1024),
         # fits a v5e-8 (16 GiB per chip, fsdp:8) and one 80 GB GPU: see --dry_run's plan;
-        # scanned layers compile the 36-layer update ~7x faster (docs/scaling.md)
+        # scanned layers compile the 36-layer update 4-7x faster on CPU (docs/scaling.md)
         remat=True, micro_batch_size=8, scan_layers=True)
   from botjax import algorithms
   # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
