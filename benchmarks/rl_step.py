@@ -137,8 +137,26 @@ class _Control:
 
 # -- the shared setup ------------------------------------------------------------------------
 
-def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap: float):
-  """Writes tokenizer + tiny random Qwen2 to `workdir/model`; returns (dir, records, tokenizer)."""
+# The two model sizes of --model. "wide" is where compute rather than per-op dispatch dominates
+# on CPU; its vocabulary is padded past the task tokenizer's 313 ids to 1024 rows, as real
+# checkpoints pad theirs (Qwen2.5: 151,936 rows for 151,665 ids), and the padding rows are
+# suppressed like the special ids, so they are computed in every softmax but never sampled.
+MODEL_SIZES = {
+    "tiny": dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=256, vocab_size=None),
+    "wide": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=512, vocab_size=1024),
+}
+# c of the embedding edit per size: at c=0.5 the wide model's 711 padding rows still carried
+# 22% of the probability at some positions (its layers swamp dimension 0 more); at c=2 they
+# carry ~1e-12 and the ordinary ids stay near uniform (entropy 5.70 nats of ln 313 = 5.75).
+SPECIAL_LOGIT_GAP = {"tiny": 0.5, "wide": 2.0}
+
+
+def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap: float,
+                size: str = "tiny"):
+  """Writes tokenizer + random Qwen2 of `MODEL_SIZES[size]` to `workdir/model`; returns (dir,
+  records, tokenizer, parameter count, suppressed special ids, digest)."""
   import torch
   import transformers
 
@@ -152,9 +170,12 @@ def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap:
   tok = data_lib.build_tokenizer(model_dir, task, vocab_size=320, template="{problem}")
   special = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id, tok.pad_token_id,
                     tok.convert_tokens_to_ids("<|endoftext|>")})
+  dims = dict(MODEL_SIZES[size])
+  vocab = dims.pop("vocab_size") or len(tok)
+  if vocab < len(tok):
+    raise ValueError(f"model vocabulary {vocab} is smaller than the tokenizer's {len(tok)} ids")
   cfg = transformers.Qwen2Config(
-      vocab_size=len(tok), hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
-      num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=True,
+      vocab_size=vocab, **dims, tie_word_embeddings=True,
       bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=tok.eos_token_id,
       pad_token_id=tok.pad_token_id, rope_theta=10000.0, max_position_embeddings=512)
   torch.manual_seed(seed)
@@ -163,6 +184,7 @@ def build_setup(workdir: str, *, num_records: int, seed: int, special_logit_gap:
     emb = model.model.embed_tokens.weight
     emb[:, 0] = special_logit_gap
     emb[special, 0] = -special_logit_gap
+    emb[len(tok):, 0] = -special_logit_gap     # padding rows of a padded vocabulary
   model.save_pretrained(model_dir)
   tok.save_pretrained(model_dir)
   n_params = sum(p.numel() for p in model.parameters())
@@ -399,13 +421,18 @@ def main() -> None:
   parser.add_argument("--iters", type=int, default=8, help="timed iterations per side")
   parser.add_argument("--warmup", type=int, default=4,
                       help="untimed iterations per side first (botjax compiles here)")
+  parser.add_argument("--model", choices=sorted(MODEL_SIZES), default="tiny",
+                      help="tiny: 3 layers, hidden 96, vocab 313 (0.12 M parameters; per-op "
+                           "dispatch dominates on CPU); wide: 4 layers, hidden 256, 4/2 heads, "
+                           "MLP 512, vocab padded to 1024 (2.6 M parameters; compute dominates)")
   parser.add_argument("--prompts", type=int, default=16)
   parser.add_argument("--group", type=int, default=8)
   parser.add_argument("--new-tokens", type=int, default=64)
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--special-logit-gap", type=float, default=0.5,
+  parser.add_argument("--special-logit-gap", type=float, default=None,
                       help="c of the embedding edit that keeps EOS/pad from being sampled "
-                           "(0 = unedited random model; completions may then stop early)")
+                           "(default 0.5 for --model=tiny, 2 for wide; 0 = unedited random "
+                           "model; completions may then stop early)")
   parser.add_argument("--side", choices=("both", "botjax", "trl"), default="both")
   parser.add_argument("--tune-allocator", action=argparse.BooleanOptionalAction, default=True,
                       help="call botjax._xla_cpu.tune_host_allocator() first (both sides "
@@ -439,6 +466,8 @@ def main() -> None:
                       help="torch.set_num_threads for the TRL side (0 = torch's default, one per "
                            "core); 1 makes TRL far less sensitive to other jobs on the machine")
   args = parser.parse_args()
+  if args.special_logit_gap is None:
+    args.special_logit_gap = SPECIAL_LOGIT_GAP[args.model]
   if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
     parser.error("--iters and --rounds must be >= 1 and --warmup >= 0")
   if args.host_threads < 0:
@@ -486,9 +515,13 @@ def main() -> None:
     t0 = time.perf_counter()
     model_dir, records, tok, n_params, special, digest = build_setup(
         tmp, num_records=max(64, args.prompts * n_steps), seed=args.seed,
-        special_logit_gap=args.special_logit_gap)
-    print(f"setup: tiny Qwen2 ({n_params / 1e3:.0f}k parameters, vocab {len(tok)}, 3 layers, "
-          f"hidden 96, tied embeddings), special ids {special} suppressed with c="
+        special_logit_gap=args.special_logit_gap, size=args.model)
+    dims = MODEL_SIZES[args.model]
+    print(f"setup: {args.model} Qwen2 ({n_params / 1e6:.2f} M parameters, vocab "
+          f"{dims['vocab_size'] or len(tok)} for {len(tok)} token ids, "
+          f"{dims['num_hidden_layers']} layers, hidden {dims['hidden_size']}, heads "
+          f"{dims['num_attention_heads']}/{dims['num_key_value_heads']}, MLP "
+          f"{dims['intermediate_size']}, tied embeddings), special ids {special} suppressed with c="
           f"{args.special_logit_gap}; built in {time.perf_counter() - t0:.1f} s; digest {digest}")
     print(f"iteration: {args.prompts} prompts x {args.group} completions, {args.new_tokens} new "
           f"tokens, exact-answer reward, GRPO advantages, one AdamW update, no KL, TRL gradient "

@@ -58,3 +58,29 @@ def test_both_sides_in_fresh_processes_print_the_ratio():
   assert (t_med, b_med) == (t, b), r.stdout             # the table's medians
   # the ratio is computed before rounding: within the rounding of the printed 3 decimals
   assert abs(ratio - t / b) <= t / b * (0.0006 / b + 0.0006 / t) + 0.005, r.stdout
+
+
+def test_wide_model_pads_its_vocabulary_and_never_samples_the_padding(tmp_path, monkeypatch):
+  """--model=wide: 2.6 M parameters, 1024 vocabulary rows for the tokenizer's ids, and the rows
+  past them (and the special ids) carry practically no probability under the edited weights."""
+  torch = pytest.importorskip("torch")
+  import transformers
+  monkeypatch.syspath_prepend(os.path.dirname(SCRIPT))          # the script's own _machine.py
+  spec = importlib.util.spec_from_file_location("rl_step_bench", SCRIPT)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  model_dir, records, tok, n_params, special, digest = bench.build_setup(
+      str(tmp_path), num_records=64, seed=0,
+      special_logit_gap=bench.SPECIAL_LOGIT_GAP["wide"], size="wide")
+  assert 2.5e6 < n_params < 2.7e6 and len(records) == 64 and len(digest) == 12
+  model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+  cfg = model.config
+  assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers) == (1024, 256, 4)
+  assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size) == (4, 2, 512)
+  assert len(tok) < 1024
+  ids = tok(records[0]["problem"], return_tensors="pt")["input_ids"]
+  with torch.no_grad():
+    probs = model(ids).logits.softmax(-1)[0]                     # [L, 1024]
+  never = sorted(set(range(len(tok), 1024)) | set(special))
+  assert float(probs[:, never].sum(-1).max()) < 1e-6
+  assert float(probs[:, :len(tok)].sum(-1).min()) > 1 - 1e-6
