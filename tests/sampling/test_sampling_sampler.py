@@ -239,7 +239,8 @@ def test_host_threads_give_the_same_completions(model, sampling, threads):
   for name in ("prompt_ids", "prompt_mask", "tokens", "mask", "lengths", "finish_reason",
                "group_ids"):
     np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
-  np.testing.assert_allclose(b.logp, a.logp, atol=1e-6)
+  # other batch shapes, other float order: a few ulp of log-probs of magnitude ~2
+  np.testing.assert_allclose(b.logp, a.logp, atol=5e-6)
   assert int(many.last_num_steps) == int(one.last_num_steps)
   one_prompt = many.generate(prompts[:1], jax.random.key(5), n=3)    # fewer prompts than threads
   np.testing.assert_array_equal(one_prompt.tokens, np.asarray(a.tokens)[:3])
