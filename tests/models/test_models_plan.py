@@ -42,6 +42,22 @@ def test_step_flops_from_the_compiled_step():
   assert "FLOPs / train step" in str(p) and "e+" in str(p)
 
 
+def test_step_flops_of_the_stack_from_two_layers_equal_the_full_stacks():
+  """The plan counts one- and two-layer models (per kind of layer: RoPE or NoPE, window) and
+  adds up; on a stack mixing every kind that equals XLA's count of the whole stack."""
+  import importlib
+  import jax.numpy as jnp
+  plan_lib = importlib.import_module("botjax.models.plan")   # botjax.models.plan is the function
+  cfg = dataclasses.replace(bm.get_config("tiny"), num_layers=5, no_rope_layers=(1, 0, 1, 0, 1),
+                            sliding_window=4, sliding_layers=(0, 0, 1, 1, 1))
+  assert len({(cfg.uses_rope(i), cfg.window(i)) for i in range(5)}) == 4
+  full = plan_lib._step_flops(nnx.eval_shape(lambda: bm.Decoder(cfg, rngs=nnx.Rngs(0))), 2, 16)
+  stacked = plan_lib._stack_flops(cfg, 2, 16, dtype=jnp.float32, param_dtype=jnp.float32)
+  one = plan_lib._step_flops(nnx.eval_shape(
+      lambda: bm.Decoder(dataclasses.replace(cfg, num_layers=1), rngs=nnx.Rngs(0))), 2, 16)
+  assert stacked == full and full > 3 * one
+
+
 @pytest.mark.parametrize("name", sorted(MODELS_MD_PARAMS))
 def test_target_presets_match_models_md(name):
   p = bm.plan(name, "fsdp:8", batch_size=8, seq_len=1024, compute_flops=False)
