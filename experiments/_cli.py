@@ -141,7 +141,9 @@ def finished_seconds(workdir: str, cfg) -> float | None:
     saved = json.load(f)
   recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
-  same = saved.get("config") == json.loads(json.dumps(config_lib.to_dict(cfg)))
+  same = not config_lib.config_diff(saved.get("config", {}),
+                                    json.loads(json.dumps(config_lib.to_dict(cfg))),
+                                    ignore=frozenset())
   return float(saved["seconds"]) if complete and same else None
 
 

@@ -106,13 +106,18 @@ def _flatten(d: Mapping, prefix: str = "") -> dict:
 
 
 def config_diff(saved: Mapping, current: Mapping, ignore: frozenset = RESUMABLE_FIELDS) -> list[str]:
-  """Dotted names of fields that differ between two `to_dict` configs (ignored ones excluded)."""
+  """Dotted names of fields that differ between two `to_dict` configs (ignored ones excluded).
+
+  A field the saved config lacks (added to the config since) counts as the same when it is None
+  now, its "unset" value, so runs saved before it existed still resume."""
   a, b = _flatten(saved), _flatten(current)
   names = sorted(set(a) | set(b))
   diffs = []
   for n in names:
     if n in ignore or n.split(".", 1)[-1] in ignore and n.startswith("train."):
       continue
+    if n not in a and b[n] is None:
+      continue          # a field added since the run was saved, at its "unset" default
     if a.get(n, "<absent>") != b.get(n, "<absent>"):
       diffs.append(f"{n}: saved={a.get(n, '<absent>')!r} now={b.get(n, '<absent>')!r}")
   return diffs

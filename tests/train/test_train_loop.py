@@ -201,6 +201,20 @@ def test_failing_rewards_are_counted_and_the_run_goes_on(env, tmp_path):
   assert all(math.isfinite(r["loss"]) for r in records)
 
 
+def test_config_diff_of_a_run_saved_before_a_field_existed():
+  """A field added since a run was saved is no difference at its unset value (None), and one
+  when it is set: the run's parameters were laid out without it."""
+  now = C.to_dict(C.TrainConfig(workdir="w"))
+  saved = json.loads(json.dumps(now))
+  del saved["scan_layers"], saved["remat"]
+  assert now["scan_layers"] is None and C.config_diff(saved, now) == []
+  on = C.to_dict(C.TrainConfig(workdir="w", scan_layers=True))
+  assert C.config_diff(saved, on) == ["scan_layers: saved='<absent>' now=True"]
+  saved["optim"]["learning_rate"] = 1.0
+  assert C.config_diff(saved, now, ignore=frozenset()) == [
+      f"optim.learning_rate: saved=1.0 now={now['optim']['learning_rate']!r}"]
+
+
 def test_wrong_reward_granularity_is_a_configuration_error(env, tmp_path):
   with pytest.raises(ValueError, match="token-level"):
     make_trainer(env, base_config(tmp_path, "bot_grpo"), reward=MathReward(None))
