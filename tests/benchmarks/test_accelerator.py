@@ -30,8 +30,11 @@ def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
     assert math.isfinite(res[key]) and res[key] > 0, (key, res[key])
   assert res["compile_sampler_s"] >= 0
   assert res["rollout_tokens"] == 4 * 2 * 16 and res["train_tokens"] == 8 * 64
-  assert res["flops_source"].startswith("XLA cost analysis")
-  assert res["flops_per_step"] > res["flops_6nt"] / 2      # same order as 6·N·tokens
+  # the layers are scanned (the 3B presets' default); XLA counts a loop body once, so the
+  # FLOPs come from the unrolled twin: hardware FLOPs of a rematerialised step, ~8·N·tokens
+  assert report["config"]["scan_layers"] is True
+  assert res["flops_source"].startswith("XLA cost analysis (lowered, the unrolled twin")
+  assert 1.2 < res["flops_per_step"] / res["flops_6nt"] < 1.8, res
   assert res["mfu"] is None                                # no peak FLOP/s for a CPU
   assert report["config"]["model"] == "tiny" and report["config"]["micro"] == 2
 
