@@ -34,11 +34,10 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
   assert report.returncode == 0, report.stderr[-3000:]
   assert "rloo-seed0: not finished, left out" in report.stdout
   assert not (tmp_path / "rloo-seed0").exists()
-  # a second call (e.g. the rest of the comparison) reuses finished runs and trains the new one
-  again = _run("--algos=grpo,bot_grpo,rloo", f"--workdir={tmp_path}", *TINY)
+  # a second call (e.g. the rest of the comparison in another process) reuses finished runs
+  again = _run("--algos=grpo,bot_grpo", f"--workdir={tmp_path}", *TINY)
   assert again.returncode == 0, again.stderr[-3000:]
-  assert again.stdout.count("reusing it") == 2 and "rloo-seed0:" in again.stdout
-  assert "| rloo | 1 |" in (tmp_path / "quickstart.md").read_text()
+  assert again.stdout.count("reusing it") == 2 and "| grpo | 1 |" in again.stdout
   # another config is not "finished": two mini-batches per rollout batch train again, and the
   # table no longer calls the ratio mechanisms inert. A learning-rate sweep runs each rate on
   # seed 0 and the best (mean of the last evaluations) on every seed.
