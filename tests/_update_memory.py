@@ -19,7 +19,7 @@ from botjax.train.config import OptimConfig
 
 def update_memory(cfg, *, batch_size: int, prompt_len: int, completion_len: int,
                   dtype=jnp.float32, remat: bool = False, num_micro: int = 1,
-                  chunk: int = 128, recipe: str = "bot_grpo"):
+                  chunk: int = 128, recipe: str = "bot_grpo", scan_layers: bool = False):
   """`memory_analysis()` of one compiled `update` (params f32, AdamW, donated state).
 
   Args:
@@ -30,13 +30,15 @@ def update_memory(cfg, *, batch_size: int, prompt_len: int, completion_len: int,
     num_micro: gradient-accumulation slices.
     chunk: completion positions per log-prob chunk.
     recipe: a recipe of `botjax.algorithms.RECIPES`.
+    scan_layers: `Decoder(scan_layers=)`.
 
   Returns:
     The compiled executable's `CompiledMemoryStats` (bytes: argument_size_in_bytes,
     temp_size_in_bytes, output_size_in_bytes, alias_size_in_bytes, ...).
   """
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=dtype,
-                                            param_dtype=jnp.float32, remat=remat))
+                                            param_dtype=jnp.float32, remat=remat,
+                                            scan_layers=scan_layers))
   graphdef, params, rest = step_lib.split_model(abstract)
   optimizer = step_lib.make_optimizer(OptimConfig(), 10)
   state = jax.eval_shape(lambda p: step_lib.init_state(p, optimizer, 0), params)

@@ -93,7 +93,8 @@ def test_plan_rejects_bad_input():
 
 # -- the plan against XLA's memory analysis of the compiled update ---------------------------
 
-def _against_compiler(name, remat, batch_size=4, prompt_len=128, completion_len=384):
+def _against_compiler(name, remat, batch_size=4, prompt_len=128, completion_len=384,
+                      scan_layers=False):
   """(plan, compiled) temporaries and peaks of the update at 2 layers of a preset's real width.
 
   float32 compute: XLA:CPU runs bfloat16 products in float32 through converted copies that an
@@ -105,17 +106,19 @@ def _against_compiler(name, remat, batch_size=4, prompt_len=128, completion_len=
               completion_len=completion_len, dtype=jnp.float32, remat=remat,
               compute_flops=False, device_memory=None)
   m = update_memory(cfg, batch_size=batch_size, prompt_len=prompt_len,
-                    completion_len=completion_len, dtype=jnp.float32, remat=remat)
+                    completion_len=completion_len, dtype=jnp.float32, remat=remat,
+                    scan_layers=scan_layers)
   plan_temp = p.grad_bytes + p.activation_bytes + p.logprob_bytes
-  print(f"{name} remat={remat}: plan temp {plan_temp / 2**30:.3f} GiB, compiled "
+  print(f"{name} remat={remat} scan_layers={scan_layers}: plan temp {plan_temp / 2**30:.3f} GiB, compiled "
         f"{m.temp_size_in_bytes / 2**30:.3f}; plan total {p.train_bytes / 2**30:.3f} GiB, "
         f"compiled {peak_bytes(m) / 2**30:.3f}")
   return plan_temp / m.temp_size_in_bytes, p.train_bytes / peak_bytes(m)
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_plan_agrees_with_the_compiled_update(remat):
-  temp, total = _against_compiler("qwen2.5-3b", remat)
+@pytest.mark.parametrize("remat,scan_layers", [(False, False), (True, False), (True, True)])
+def test_plan_agrees_with_the_compiled_update(remat, scan_layers):
+  """Unrolled and, as the 3B presets run, with remat and the layers scanned."""
+  temp, total = _against_compiler("qwen2.5-3b", remat, scan_layers=scan_layers)
   assert 0.8 < temp < 1.2 and 0.8 < total < 1.2, (temp, total)
 
 
