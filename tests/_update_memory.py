@@ -42,13 +42,7 @@ def update_memory(cfg, *, batch_size: int, prompt_len: int, completion_len: int,
   graphdef, params, rest = step_lib.split_model(abstract)
   optimizer = step_lib.make_optimizer(OptimConfig(), 10)
   state = jax.eval_shape(lambda p: step_lib.init_state(p, optimizer, 0), params)
-  b, t, l = batch_size, completion_len, prompt_len + completion_len
-  s = jax.ShapeDtypeStruct
-  batch = step_lib.RLBatch(
-      input_ids=s((b, l), jnp.int32), positions=s((b, l), jnp.int32),
-      attention_mask=s((b, l), jnp.bool_), old_logp=s((b, t), jnp.float32),
-      ref_logp=s((b, t), jnp.float32), advantages=s((b, t), jnp.float32),
-      loss_mask=s((b, t), jnp.bool_), seq_weights=s((b,), jnp.float32))
+  batch = step_lib.RLBatch.abstract(batch_size, prompt_len, completion_len)
   fn = functools.partial(step_lib.update, graphdef=graphdef, rest=rest,
                          recipe=algorithms.get_recipe(recipe), optimizer=optimizer,
                          num_micro=num_micro, chunk=chunk)

@@ -66,6 +66,17 @@ class RLBatch:
   def completion_len(self) -> int:
     return self.old_logp.shape[1]
 
+  @classmethod
+  def abstract(cls, batch_size: int, prompt_len: int, completion_len: int) -> "RLBatch":
+    """The batch's shapes and dtypes as `jax.ShapeDtypeStruct`s (B rows, L = P + T columns), to
+    lower or compile the update without data."""
+    b, t, l = batch_size, completion_len, prompt_len + completion_len
+    s = jax.ShapeDtypeStruct
+    return cls(input_ids=s((b, l), jnp.int32), positions=s((b, l), jnp.int32),
+               attention_mask=s((b, l), jnp.bool_), old_logp=s((b, t), jnp.float32),
+               ref_logp=s((b, t), jnp.float32), advantages=s((b, t), jnp.float32),
+               loss_mask=s((b, t), jnp.bool_), seq_weights=s((b,), jnp.float32))
+
 
 def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
   """AdamW with warm-up and clipping, as the papers train (DAPO §4.1, DeepSeekMath §4.2)."""
