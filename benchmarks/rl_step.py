@@ -20,6 +20,7 @@ stops early: mean 63.8 there), and generated tokens per second are printed as we
 
   python benchmarks/rl_step.py                  # 4 warm-up + 8 timed iterations per side
   python benchmarks/rl_step.py --iters 3 --warmup 1
+  python benchmarks/rl_step.py --model wide     # 2.6 M parameters: compute rather than dispatch
 
 Each side runs in a fresh process of this script (`--no-separate` runs both in this one). In one
 process the TRL side took 0.88-1.06 s per iteration after the botjax side, against 0.72-0.76 s
