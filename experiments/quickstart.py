@@ -64,14 +64,15 @@ def inert_mechanisms(schedule: set[tuple[int, int]]) -> str:
   return text
 
 
-def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float]) -> str:
+def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float],
+                best_lr: dict[str, float | None]) -> str:
   """Markdown table of the learning-rate sweep: per recipe, the mean of the last five held-out
-  evaluations of seed 0 at each learning rate; the recipe's best (the one it ran on every seed)
-  in bold."""
+  evaluations of seed 0 at each learning rate; the recipe's best (`best_lr`, the one it ran on
+  every seed) in bold."""
   rows = ["| recipe | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
           "|---|" + "---|" * len(lrs)]
   for algo, acc in sweep.items():
-    best = max(acc, key=acc.get) if acc else None
+    best = best_lr[algo]
     cells = [("—" if lr not in acc else f"**{acc[lr]:.3f}**" if lr == best else f"{acc[lr]:.3f}")
              for lr in lrs]
     rows.append(f"| {algo} | " + " | ".join(cells) + " |")
@@ -159,10 +160,10 @@ def main(argv):
             f"sum {sum(timings.values()):.0f} s: "
             + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ".\n")
     if lrs:
-      f.write("\n" + sweep_table(sweep, lrs) + "\n")
+      f.write("\n" + sweep_table(sweep, lrs, best_lr) + "\n")
   print(table)
   if lrs:
-    print(sweep_table(sweep, lrs))
+    print(sweep_table(sweep, lrs, best_lr))
   print(inert)
   print(f"wrote {png} and {md} in {total:.0f} s")
 

@@ -226,7 +226,7 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
             raise ValueError(f"checkpoint tensor {name!r} fills {path} a second time")
           if isinstance(var, _LayerSlice):
             filled[path] = True
-            stacks[var.path] = _fill_layer(stacks.get(var.path), np.asarray(array), want.dtype,
+            stacks[var.key] = _fill_layer(stacks.get(var.key), np.asarray(array), want.dtype,
                                            var, mesh, rules)
           else:
             filled[path] = _place(np.asarray(array), want.dtype, var, mesh, rules)
@@ -237,7 +237,7 @@ def load_pretrained(path_or_repo: str, *, dtype=jnp.float32, param_dtype=jnp.flo
                      f"{hf_of.get(missing[0], missing[0])!r} (for {missing[0]})")
   for path, var in variables.items():
     if isinstance(var, _LayerSlice):
-      var.var.set_value(stacks[var.path])
+      var.var.set_value(stacks[var.key])
     else:
       var.set_value(filled[path])
   return nnx.merge(graphdef, state)
@@ -257,7 +257,7 @@ class _LayerSlice:
 
   def __init__(self, var: nnx.Variable, layer: int):
     self.var, self.layer = var, layer
-    self.path = id(var)
+    self.key = id(var)             # one stacked parameter, whichever layer fills it
     whole = var.get_value()
     self._slice = jax.ShapeDtypeStruct(whole.shape[1:], whole.dtype)
 
