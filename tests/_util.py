@@ -21,13 +21,21 @@ def both(fn, *static):
   return [fn, jax.jit(fn, static_argnames=static)]
 
 
+def one_device_xla_flags() -> str:
+  """conftest's XLA_FLAGS without its 8 fake host devices: what a child process (a CLI, a notebook
+  kernel) gets, so it sees one CPU device as a user's would, compiled as the suite compiles."""
+  return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                  if not f.startswith("--xla_force_host_platform_device_count"))
+
+
 def run_script(script: str, *args: str, timeout: float = 600,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
   """Runs `python <script> <args>` as a user does, from the repository root, and returns the
   finished process (stdout and stderr as text).
 
-  The child runs on CPU with one device (conftest's 8 fake devices are removed from XLA_FLAGS),
-  offline from the Hugging Face Hub; `env` adds or overrides variables.
+  The child runs on CPU with one device (conftest's 8 fake devices are removed from XLA_FLAGS; its
+  other flags, such as -O0 code generation, are kept), offline from the Hugging Face Hub; `env`
+  adds or overrides variables.
 
   Args:
     script: path relative to the repository root, e.g. "experiments/aime.py", or absolute.
@@ -35,8 +43,8 @@ def run_script(script: str, *args: str, timeout: float = 600,
     timeout: seconds before `subprocess.TimeoutExpired`.
     env: extra environment variables.
   """
-  full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", **(env or {})}
-  full_env.pop("XLA_FLAGS", None)
+  full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1",
+              "XLA_FLAGS": one_device_xla_flags(), **(env or {})}
   return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
                         text=True, env=full_env, timeout=timeout, cwd=ROOT)
 

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from _util import one_device_xla_flags
+
 nbformat = pytest.importorskip("nbformat", reason="nbformat is in the `test` extra")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is in the `test` extra")
 
@@ -51,7 +53,7 @@ def _execute(name, overrides, tmp_path, monkeypatch):
   cell.metadata["tags"] = ["injected-parameters"]
   nb.cells.insert(index[0] + 1, cell)
   # The kernel inherits this environment: one CPU device (not conftest's 8 fake ones), no Hub.
-  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  monkeypatch.setenv("XLA_FLAGS", one_device_xla_flags())
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   client = nbclient.NotebookClient(nb, kernel_name=_kernel_name(), timeout=600,
