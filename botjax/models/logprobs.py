@@ -21,7 +21,7 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
                          ) -> tuple[jax.Array, jax.Array]:
   """log π(y_l | ·) and H(π) of tempered logits, chunked over L.
 
-  z = unembed(h_l) / τ,  log π(y_l) = z[y_l] − logsumexp(z),  H = logsumexp(z) − Σ_v π_v z_v.
+  z = unembed(h_l) / τ,  log π(y_l) = z[y_l] − logsumexp(z),  H = −Σ_v π_v log π_v.
 
   Each chunk of C positions computes its [B, C, V] logits under `jax.checkpoint`, so neither the
   forward pass nor the gradient ever holds more than one chunk of logits.
@@ -61,8 +61,9 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
     z = unembed(h_c).astype(jnp.float32) * inv_t                   # [B, C, V]
     lse = jax.nn.logsumexp(z, axis=-1)                             # [B, C]
     picked = jnp.take_along_axis(z, y_c[..., None], axis=-1)[..., 0]
-    p = jnp.exp(z - lse[..., None])
-    ent = lse - jnp.sum(p * z, axis=-1)
+    logp_all = z - lse[..., None]
+    # −Σ π log π: a sum of non-negative terms (lse − Σ π z would cancel two large ones in f32)
+    ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     return picked - lse, ent
 
   def body(carry, xs):
