@@ -3,6 +3,7 @@ sys.path, next to the root conftest.py)."""
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 import subprocess
@@ -43,10 +44,65 @@ def run_script(script: str, *args: str, timeout: float = 600,
     timeout: seconds before `subprocess.TimeoutExpired`.
     env: extra environment variables.
   """
+  return _python([os.path.join(ROOT, script), *args], timeout, env)
+
+
+def _python(argv, timeout, env):
   full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1",
               "XLA_FLAGS": one_device_xla_flags(), **(env or {})}
-  return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
-                        text=True, env=full_env, timeout=timeout, cwd=ROOT)
+  return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=full_env,
+                        timeout=timeout, cwd=ROOT)
+
+
+_CASES_DRIVER = r"""
+import contextlib, io, json, os, runpy, sys
+from absl import flags
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+here = os.path.dirname(script)
+sys.path.insert(0, here)                        # as `python <script>` does
+results = []
+for args in cases:
+  out, err = io.StringIO(), io.StringIO()
+  sys.argv = [script, *args]
+  flags.FLAGS.unparse_flags()          # every flag back to its default, as in a fresh process
+  for name, mod in list(sys.modules.items()):    # the script's own helper modules run afresh too
+    if os.path.dirname(getattr(mod, "__file__", None) or "") == here:
+      del sys.modules[name]
+  code = 0
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+      import traceback
+      traceback.print_exc()
+      code = 1
+  results.append([code, out.getvalue(), err.getvalue()])
+sys.__stdout__.write("\n@@cases@@" + json.dumps(results))
+"""
+
+
+def run_script_cases(script: str, cases: Sequence[Sequence[str]], *, timeout: float = 600,
+                     env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:
+  """`run_script(script, *case)` for each case, in one interpreter: for cases that stop early
+  (user errors), whose time is mostly the interpreter's start-up and imports.
+
+  Each case runs the script as `__main__` through its own entry point, with sys.argv set and
+  every absl flag reset to its default first, so its exit code, stdout and stderr are those of a
+  separate run (output written straight to the file descriptors by child processes is not
+  captured). Same environment as `run_script`.
+
+  Returns:
+    One CompletedProcess per case, in order.
+  """
+  driver = _python(["-c", _CASES_DRIVER, os.path.join(ROOT, script),
+                    json.dumps([list(c) for c in cases])], timeout, env)
+  head, sep, tail = driver.stdout.rpartition("\n@@cases@@")
+  if not sep:
+    raise RuntimeError(f"the case driver failed:\n{driver.stdout[-2000:]}\n{driver.stderr[-3000:]}")
+  return [subprocess.CompletedProcess([script, *case], code, out, err)
+          for case, (code, out, err) in zip(cases, json.loads(tail))]
 
 
 def imported(modules: Sequence[str], candidates: Sequence[str]) -> list[str]:

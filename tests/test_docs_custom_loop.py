@@ -4,6 +4,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "custom_loop.md")
@@ -15,6 +16,8 @@ def _code() -> str:
   return blocks[0]
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
 def test_custom_loop_guide_runs(tmp_path, capsys):
   code = _code()
   first = 'WORKDIR, WARM_STEPS, STEPS = "runs/custom_loop", 400, 20\n'

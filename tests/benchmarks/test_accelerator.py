@@ -3,6 +3,8 @@ import json
 import math
 import os
 
+import pytest
+
 from _util import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -13,6 +15,8 @@ def _run(*args, timeout=300):
   return run_script(SCRIPT, *args, timeout=timeout)
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
 def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
   path = tmp_path / "out" / "accel.json"
   r = _run("--tiny", f"--json={path}")

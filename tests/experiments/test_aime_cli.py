@@ -6,7 +6,7 @@ import os
 import pytest
 
 from _aime_data import aime_rows, fill_hf_datasets_cache, write_aime_csv
-from _util import run_script
+from _util import run_script, run_script_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "aime.py")
@@ -25,34 +25,21 @@ def test_help_and_dry_run_plan_without_weights(tmp_path):
   assert h.returncode == 0, h.stderr
   for flag in ("algo", "mesh", "checkpoint", "judge", "dry_run", "eval_only", "resume", "set"):
     assert f"{flag}:" in h.stdout
-  r = _run("--model=qwen2.5-3b", "--mesh=fsdp:8", "--dry_run", f"--workdir={tmp_path}")
+  r = _run("--model=qwen2.5-3b", "--mesh=fsdp:8", "--dry_run", "--device_memory=16",
+           f"--workdir={tmp_path}")
   assert r.returncode == 0, r.stderr[-2000:]
   assert "3,085.9 M" in r.stdout and "8 devices" in r.stdout
   assert '"learning_rate": 5e-07' in r.stdout and not os.listdir(tmp_path)
+  # the 3B defaults fit a v5e-8 (16 GiB per chip): remat, micro-batches, scanned layers
+  assert "micro-batch 8, remat on" in r.stdout and '"remat": true' in r.stdout
+  assert '"scan_layers": true' in r.stdout
+  assert "fits 16.00 GiB per device" in r.stdout and "NOT" not in r.stdout
   # the paper's data by default: AIME 1983–2024 from the Hub, a seeded random 80/20 split
   data_line = next(line for line in r.stdout.splitlines() if line.startswith("[aime] data: "))
   spec = json.loads(data_line[len("[aime] data: "):])
   assert spec["train_data"] == "hf:di-zhang-fdu/AIME_1983_2024"
   assert "AIME 1983–2024" in spec["source"] and "933 problems" in spec["source"]
   assert spec["split"] == "random 80/20 train/eval, seed 0" and spec["eval_fraction"] == 0.2
-
-
-def test_missing_checkpoint_names_the_path(tmp_path):
-  r = _run("--model=qwen2.5-3b", "--checkpoint=/nonexistent", f"--workdir={tmp_path}")
-  assert r.returncode == 2
-  assert "/nonexistent" in r.stderr and "--checkpoint" in r.stderr
-  assert "Traceback" not in r.stderr
-
-
-def test_unreachable_judge_stops_at_start(tmp_path):
-  ckpt = tmp_path / "ckpt"
-  ckpt.mkdir()
-  (ckpt / "config.json").write_text("{}")   # resolve_checkpoint only needs the file to exist
-  r = _run("--model=qwen2.5-3b", f"--checkpoint={ckpt}", "--judge=http://127.0.0.1:9/v1",
-           f"--workdir={tmp_path / 'run'}", timeout=120)
-  assert r.returncode == 2
-  assert "http://127.0.0.1:9/v1" in r.stderr and "unreachable" in r.stderr
-  assert "Traceback" not in r.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs datasets")
@@ -68,16 +55,16 @@ def test_default_data_offline_from_the_hf_cache_then_offline_weights(tmp_path):
   # --offline keeps both in the caches (any stray request would go to a closed loopback port)
   env = {"HF_DATASETS_CACHE": str(tmp_path / "datasets"), "HF_HUB_CACHE": str(tmp_path / "hub"),
          "HF_ENDPOINT": "http://127.0.0.1:9"}
-  r = _run("--model=qwen2.5-3b", "--algo=grpo", "--offline", f"--workdir={tmp_path / 'b'}",
-           env=env, timeout=120)
+  r, year = run_script_cases(SCRIPT, [
+      ["--model=qwen2.5-3b", "--algo=grpo", "--offline", f"--workdir={tmp_path / 'b'}"],
+      ["--model=qwen2.5-3b", "--algo=grpo", "--offline", "--split=year", "--eval_years=1985",
+       f"--workdir={tmp_path / 'c'}"]], env=env, timeout=180)
   assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
   assert ("[aime] data: AIME 1983–2024 problem set (933 problems, Hugging Face Hub dataset "
           "di-zhang-fdu/AIME_1983_2024): 32 train / 8 eval problems (random 80/20 train/eval, "
           "seed 0)") in r.stdout
   assert "'Qwen/Qwen2.5-3B'" in r.stderr and "hf download Qwen/Qwen2.5-3B" in r.stderr
   assert str(tmp_path / "hub") in r.stderr and "Traceback" not in r.stderr
-  year = _run("--model=qwen2.5-3b", "--algo=grpo", "--offline", "--split=year",
-              "--eval_years=1985", f"--workdir={tmp_path / 'c'}", env=env, timeout=120)
   assert ": 30 train / 10 eval problems (by year: eval years [1985])" in year.stdout
 
 
@@ -93,6 +80,8 @@ def _check_tiny_run(workdir):
     assert "arithmetic testbed" in json.load(f)["data"]["source"]   # the run says what it used
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
 def test_tiny_end_to_end_small_warm_start(tmp_path):
   r = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", *TINY_WARM, *FAST)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -120,19 +109,51 @@ def test_dry_run_plan_for_the_other_target_presets(tmp_path, model, params):
   assert params in r.stdout and "FLOPs / train step" in r.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (("--model=qwen2.5-3b", "--thinking=on"), "no thinking mode"),
-    (("--model=phi-4-mini-reasoning", "--thinking=off"), "always reasons"),
-    (("--model=smollm3-3b", "--thinking=maybe"), "'maybe' is not valid"),
-])
-def test_thinking_flag_errors(tmp_path, args, message):
-  r = _run(*args, "--dry_run", f"--workdir={tmp_path}", timeout=120)
-  assert r.returncode == 2, r.stderr[-2000:]
-  assert message in r.stderr and "Traceback" not in r.stderr
+# user errors: each exits 2 naming the bad value, without a traceback and before any work
+USER_ERRORS = {
+    "missing checkpoint": (["--model=qwen2.5-3b", "--checkpoint=/nonexistent"],
+                           ["/nonexistent", "--checkpoint"]),
+    # resolve_checkpoint only needs config.json to exist; the judge is checked before loading
+    "unreachable judge": (["--model=qwen2.5-3b", "--checkpoint={ckpt}",
+                           "--judge=http://127.0.0.1:9/v1"],
+                          ["http://127.0.0.1:9/v1", "unreachable"]),
+    "thinking on a model without it": (["--model=qwen2.5-3b", "--thinking=on", "--dry_run"],
+                                       ["no thinking mode"]),
+    "thinking off on a reasoning model": (["--model=phi-4-mini-reasoning", "--thinking=off",
+                                           "--dry_run"], ["always reasons"]),
+    "thinking value": (["--model=smollm3-3b", "--thinking=maybe", "--dry_run"],
+                       ["'maybe' is not valid"]),
+}
 
 
-def test_thinking_flag_accepted_and_printed(tmp_path):
-  r = _run("--model=tiny", "--thinking=off", "--dry_run", f"--workdir={tmp_path}", timeout=120)
+@pytest.fixture(scope="module")
+def user_error_runs(tmp_path_factory):
+  """Every USER_ERRORS case, each through the script's entry point, in one interpreter."""
+  work = tmp_path_factory.mktemp("user-errors")
+  (work / "ckpt").mkdir()
+  (work / "ckpt" / "config.json").write_text("{}")
+  cases = [[a.format(ckpt=work / "ckpt") for a in args] + [f"--workdir={work / str(i)}"]
+           for i, (args, _) in enumerate(USER_ERRORS.values())]
+  # and one that is accepted: --thinking=off on a model whose template has the switch
+  cases.append(["--model=tiny", "--thinking=off", "--dry_run", f"--workdir={work / 'ok'}"])
+  *runs, accepted = run_script_cases(SCRIPT, cases, timeout=240)
+  return work, dict(zip(USER_ERRORS, runs)), accepted
+
+
+@pytest.mark.xdist_group("aime_cases")    # one worker, one run of the fixture
+@pytest.mark.parametrize("name", USER_ERRORS)
+def test_user_errors_exit_2_with_a_message(user_error_runs, name):
+  work, runs, _ = user_error_runs
+  r = runs[name]
+  assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
+  assert all(n in r.stderr for n in USER_ERRORS[name][1]), r.stderr[-2000:]
+  assert "Traceback" not in r.stderr
+  assert not (work / str(list(USER_ERRORS).index(name))).exists()
+
+
+@pytest.mark.xdist_group("aime_cases")
+def test_thinking_flag_accepted_and_printed(user_error_runs):
+  r = user_error_runs[2]
   assert r.returncode == 0, r.stderr[-2000:]
   assert '"thinking": "off"' in r.stdout
 
@@ -142,7 +163,7 @@ def test_distributed_flags_start_a_one_process_cluster(tmp_path):
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-  r = _run("--model=qwen2.5-3b", "--mesh=fsdp:1", "--dry_run", "--distributed",
+  r = _run("--model=tiny", "--mesh=fsdp:1", "--dry_run", "--distributed",
            f"--coordinator=127.0.0.1:{port}", "--num_processes=1", "--process_id=0",
            f"--workdir={tmp_path}")
   assert r.returncode == 0, r.stderr[-2000:]

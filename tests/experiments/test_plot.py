@@ -9,7 +9,7 @@ from PIL import Image
 
 from botjax import plotting as plot
 from botjax.train.writer import MetricsWriter
-from _util import imported, run_script
+from _util import imported, run_script_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
@@ -50,10 +50,6 @@ def _check_png(path, min_w=400, min_h=250):
   # Not a blank canvas: many distinct colours and real contrast.
   assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20
   assert pixels.std() > 10
-
-
-def _cli(*args):
-  return run_script(SCRIPT, *args, timeout=120, env={"MPLBACKEND": "Agg"})
 
 
 def test_run_name_strips_seed_suffix(tmp_path):
@@ -206,42 +202,42 @@ def test_bad_input_raises(run_dirs, tmp_path):
   assert not (tmp_path / "x.png").exists()
 
 
-def test_cli_metric(run_dirs, tmp_path):
-  out = tmp_path / "fig.png"
-  r = _cli(f"--runs={','.join(run_dirs)}", "--metric=eval/accuracy", "--thresholds=0.3,0.45",
-           f"--out={out}", "--band=std")
-  assert r.returncode == 0, r.stderr[-2000:]
-  _check_png(out)
-  assert "| grpo | 2 |" in r.stdout and "| bot_grpo | 1 |" in r.stdout
-  assert "grpo: mean eval/accuracy first >= 0.3 at step 10 (per seed: [20, 10])" in r.stdout
-
-
-def test_cli_passk_and_winrate(run_dirs, tmp_path):
-  out = tmp_path / "passk.png"
-  r = _cli(f"--runs={','.join(run_dirs)}", "--kind=passk", "--ks=1,4", f"--out={out}")
-  assert r.returncode == 0, r.stderr[-2000:]
-  _check_png(out, min_w=700)
-  assert "pass@1:" in r.stdout and "pass@4:" in r.stdout and "pass@2:" not in r.stdout
+def test_cli_metric_passk_and_winrate(run_dirs, tmp_path):
   wr = tmp_path / "vs_grpo.json"
   wr.write_text(json.dumps({"win_rate": 0.5, "tie_rate": 0.5, "wins": 1, "losses": 1, "ties": 2,
                             "n": 4}))
-  r = _cli(f"--runs={wr}", "--kind=winrate", f"--out={tmp_path / 'wr.png'}")
-  assert r.returncode == 0, r.stderr[-2000:]
+  runs = f"--runs={','.join(run_dirs)}"
+  metric, passk, winrate = run_script_cases(SCRIPT, [
+      [runs, "--metric=eval/accuracy", "--thresholds=0.3,0.45", f"--out={tmp_path / 'fig.png'}",
+       "--band=std"],
+      [runs, "--kind=passk", "--ks=1,4", f"--out={tmp_path / 'passk.png'}"],
+      [f"--runs={wr}", "--kind=winrate", f"--out={tmp_path / 'wr.png'}"]],
+      timeout=120, env={"MPLBACKEND": "Agg"})
+  assert metric.returncode == 0, metric.stderr[-2000:]
+  _check_png(tmp_path / "fig.png")
+  assert "| grpo | 2 |" in metric.stdout and "| bot_grpo | 1 |" in metric.stdout
+  assert "grpo: mean eval/accuracy first >= 0.3 at step 10 (per seed: [20, 10])" in metric.stdout
+  assert passk.returncode == 0, passk.stderr[-2000:]
+  _check_png(tmp_path / "passk.png", min_w=700)
+  assert "pass@1:" in passk.stdout and "pass@4:" in passk.stdout and "pass@2:" not in passk.stdout
+  assert winrate.returncode == 0, winrate.stderr[-2000:]
   _check_png(tmp_path / "wr.png", min_w=300)
-  assert "vs_grpo: win rate 0.500, tie rate 0.500" in r.stdout
+  assert "vs_grpo: win rate 0.500, tie rate 0.500" in winrate.stdout
 
 
 def test_cli_errors_exit_2(run_dirs, tmp_path):
-  r = _cli(f"--runs={tmp_path / 'missing'}", f"--out={tmp_path / 'a.png'}")
-  assert r.returncode == 2 and "no such run directory or file" in r.stderr
-  assert "missing" in r.stderr and "Traceback" not in r.stderr
-  r = _cli(f"--runs={run_dirs[0]}", "--metric=eval/compile_rate", f"--out={tmp_path / 'a.png'}")
-  assert r.returncode == 2 and "'eval/compile_rate'" in r.stderr
-  assert "metrics present: eval/accuracy" in r.stderr and "reward_mean" in r.stderr
-  r = _cli(f"--runs={run_dirs[0]}", "--thresholds=0.3,high", f"--out={tmp_path / 'a.png'}")
-  assert r.returncode == 2 and "--thresholds: 'high' is not a float" in r.stderr
-  r = _cli(f"--runs={run_dirs[0]}", "--kind=passk", "--ks=8", f"--out={tmp_path / 'a.png'}")
-  assert r.returncode == 2 and "pass@8 is not logged" in r.stderr
+  out = f"--out={tmp_path / 'a.png'}"
+  missing, metric, thresholds, ks = run_script_cases(SCRIPT, [
+      [f"--runs={tmp_path / 'missing'}", out],
+      [f"--runs={run_dirs[0]}", "--metric=eval/compile_rate", out],
+      [f"--runs={run_dirs[0]}", "--thresholds=0.3,high", out],
+      [f"--runs={run_dirs[0]}", "--kind=passk", "--ks=8", out]], env={"MPLBACKEND": "Agg"})
+  assert missing.returncode == 2 and "no such run directory or file" in missing.stderr
+  assert "missing" in missing.stderr and "Traceback" not in missing.stderr
+  assert metric.returncode == 2 and "'eval/compile_rate'" in metric.stderr
+  assert "metrics present: eval/accuracy" in metric.stderr and "reward_mean" in metric.stderr
+  assert thresholds.returncode == 2 and "--thresholds: 'high' is not a float" in thresholds.stderr
+  assert ks.returncode == 2 and "pass@8 is not logged" in ks.stderr
   assert not (tmp_path / "a.png").exists()
 
 

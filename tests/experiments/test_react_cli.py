@@ -15,7 +15,7 @@ import time
 import pytest
 
 from _openai_server import OpenAIServer, images, texts
-from _util import run_script
+from _util import run_script, run_script_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "experiments", "react.py")
@@ -80,7 +80,7 @@ def test_help_and_dry_run_plan(tmp_path):
   assert "recipe bot_grpo: w_global=1, w_local=1" in r.stdout and not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("args,needle", [
+USER_ERRORS = [
     (["--compare=only_one"], "two comma-separated"),
     (["--compare=/nonexistent/a,/nonexistent/b"], "needs its own pairwise VLM judge"),
     (["--compare=/nonexistent/a,/nonexistent/b", "--pairwise_judge=http://127.0.0.1:9/v1"],
@@ -96,11 +96,26 @@ def test_help_and_dry_run_plan(tmp_path):
       "--pairwise_judge_model=p"], "unreachable"),
     (["--judge=not-a-url"], "not an http(s) URL"),
     (["--warm=nonsense=1"], "nonsense"),
-])
-def test_user_errors_exit_2_with_a_message(tmp_path, args, needle):
-  r = _run(*TINY, "--steps=1", f"--workdir={tmp_path}", *args, timeout=300)
+]
+
+
+@pytest.fixture(scope="module")
+def user_error_runs(tmp_path_factory):
+  """Every USER_ERRORS case, each through the script's entry point, in one interpreter."""
+  work = tmp_path_factory.mktemp("user-errors")
+  cases = [[*TINY, "--steps=1", f"--workdir={work / str(i)}", *args]
+           for i, (args, _) in enumerate(USER_ERRORS)]
+  return work, run_script_cases(SCRIPT, cases, timeout=300)
+
+
+@pytest.mark.xdist_group("react_user_errors")    # one worker, one run of the fixture
+@pytest.mark.parametrize("case", range(len(USER_ERRORS)), ids=[n for _, n in USER_ERRORS])
+def test_user_errors_exit_2_with_a_message(user_error_runs, case):
+  work, runs = user_error_runs
+  r, needle = runs[case], USER_ERRORS[case][1]
   assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
   assert needle in r.stderr and "Traceback" not in r.stderr
+  assert not (work / str(case)).exists()     # refused before anything was written
 
 
 def test_missing_node_packages_fail_before_the_warm_start(tmp_path):
@@ -122,6 +137,9 @@ def test_missing_node_packages_fail_before_the_warm_start(tmp_path):
   assert seconds < 60, seconds
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
+@pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_tiny_end_to_end_train_and_eval_only(trained, server):
   work = trained
   with open(os.path.join(work, "metrics.jsonl")) as f:
@@ -165,6 +183,9 @@ def test_tiny_end_to_end_train_and_eval_only(trained, server):
     assert [h["step"] for h in json.load(f)["history"]] == [0, 2, 2]
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
+@pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
   work = trained
   # the run's own VLM judge is refused as the pairwise judge (read from its judges.json)
@@ -192,6 +213,9 @@ def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
   assert {q["body"]["model"] for q in calls} <= {"pair-judge"}
 
 
+@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
+@pytest.mark.e2e
+@pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_win_rate_curve_over_saved_checkpoints(trained, server, tmp_path):
   work = trained
   assert sorted(os.listdir(os.path.join(work, "checkpoints"))) == ["1", "2"]
@@ -219,6 +243,7 @@ def test_win_rate_curve_over_saved_checkpoints(trained, server, tmp_path):
 
 
 @pytest.mark.slow   # ~90 s; the block -> step mapping is tested in tests/rewards/react/test_react_lines.py
+@pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_pure_runs_on_react(trained, tmp_path):
   # PURE reads the line penalties as step scores of blank-line-separated blocks; one step of the
   # tiny pipeline, on a copy of the trained run's warm start (no second warm start)

@@ -30,10 +30,12 @@ def _numpy_logprobs(model, out, temperature):
   prompt_ids, prompt_mask = np.asarray(out.prompt_ids), np.asarray(out.prompt_mask)
   tokens, mask = np.asarray(out.tokens), np.asarray(out.mask)
   want = np.zeros(tokens.shape, np.float64)
+  graphdef, state = nnx.split(model)
+  forward = jax.jit(lambda state, ids, pos: nnx.merge(graphdef, state)(ids, pos)[0])
   for b in range(tokens.shape[0]):
     seq = np.concatenate([prompt_ids[b][prompt_mask[b]], tokens[b][mask[b]]])
     pos = np.arange(len(seq), dtype=np.int32)[None]
-    logits, _ = model(jnp.asarray(seq[None]), jnp.asarray(pos))
+    logits = forward(state, jnp.asarray(seq[None]), jnp.asarray(pos))   # no padding: one row
     z = np.asarray(logits[0], np.float64) / temperature
     z = z - z.max(-1, keepdims=True)
     logsm = z - np.log(np.exp(z).sum(-1, keepdims=True))

@@ -338,6 +338,9 @@ def _per_layer(params, num_layers):
   return out
 
 
+# ~20 s; the scanned model equals the unrolled one (forward, gradient, prefill, decode, shared
+# prefix) in tests/models/test_models_scan.py; this runs it through the trainer
+@pytest.mark.slow
 def test_scanned_layers_train_like_unrolled(env, tmp_path):
   """A `Decoder(scan_layers=True)` runs the loop (sampler, update, checkpoint) and takes the
   unrolled decoder's step; `TrainConfig.scan_layers` must agree with the model it is given."""
