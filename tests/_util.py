@@ -85,20 +85,21 @@ sys.__stdout__.write("\n@@cases@@" + json.dumps(results))
 
 def run_script_cases(script: str, cases: Sequence[Sequence[str]], *, timeout: float = 600,
                      env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:
-  """`run_script(script, *case)` for each case, in one interpreter: for cases that stop early
-  (user errors), whose time is mostly the interpreter's start-up and imports.
+  """`run_script(script, *case)` for each case, in one interpreter: for short cases (user errors,
+  dry runs, plots), whose time is mostly the interpreter's start-up and imports.
 
   Each case runs the script as `__main__` through its own entry point, with sys.argv set and
   every absl flag reset to its default first, so its exit code, stdout and stderr are those of a
-  separate run (output written straight to the file descriptors by child processes is not
-  captured). Same environment as `run_script`.
+  separate run, except that output written straight to the file descriptors (by child processes)
+  is not captured and a warning Python shows once per process appears in the first case only.
+  Same environment as `run_script`.
 
   Returns:
     One CompletedProcess per case, in order.
   """
   driver = _python(["-c", _CASES_DRIVER, os.path.join(ROOT, script),
                     json.dumps([list(c) for c in cases])], timeout, env)
-  head, sep, tail = driver.stdout.rpartition("\n@@cases@@")
+  _, sep, tail = driver.stdout.rpartition("\n@@cases@@")
   if not sep:
     raise RuntimeError(f"the case driver failed:\n{driver.stdout[-2000:]}\n{driver.stderr[-3000:]}")
   return [subprocess.CompletedProcess([script, *case], code, out, err)
