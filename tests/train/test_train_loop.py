@@ -13,7 +13,6 @@ from flax import nnx
 
 from botjax import algorithms, data, models
 from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, RewardSpec
-from botjax.sampling import Sampler
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
 from botjax.train import rollouts
