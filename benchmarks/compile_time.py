@@ -48,9 +48,8 @@ def _stages(fn, *args) -> tuple[float, float, float]:
 
 
 def _abstract_model(cfg, *, remat: bool, scan: bool):
-  kw = {"scan_layers": True} if scan else {}
   return nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=jnp.float32,
-                                        param_dtype=jnp.float32, remat=remat, **kw))
+                                        param_dtype=jnp.float32, remat=remat, scan_layers=scan))
 
 
 def update_stages(cfg, *, scan: bool, remat: bool, batch_size: int, prompt_len: int,

@@ -48,6 +48,7 @@ def run_script(script: str, *args: str, timeout: float = 600,
 
 
 def _python(argv, timeout, env):
+  """`python <argv>` from the repository root in run_script's environment."""
   full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1",
               "XLA_FLAGS": one_device_xla_flags(), **(env or {})}
   return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=full_env,
