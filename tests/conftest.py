@@ -10,11 +10,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = ["--xla_force_host_platform_device_count=8"]
 # XLA:CPU's LLVM back end at -O0: the suite's programs are tiny and compiled once or a few times
 # each, so code generation, not execution, dominates; on the 2-core machine this halved the
-# update tests (123 -> 55 CPU-s) and the sampler tests (153 -> 77 CPU-s). XLA's HLO passes (fusion,
-# buffer assignment, the memory analyses the tests read) are unchanged; only float rounding of
-# the generated kernels may differ. BOTJAX_TESTS_XLA_OPT=1 keeps XLA's default optimisation.
+# update tests (123 -> 55 CPU-s) and the sampler tests (153 -> 77 CPU-s). Fusions are emitted by
+# XLA:CPU's elemental IR emitter instead of its MLIR fusion emitters, which compile slower: four
+# micro-batched updates of the tiny test model compiled in 6.3-8.0 s against 12.1-12.5 s.
+# XLA's HLO passes (fusion, buffer assignment) are the same, and the memory analyses the tests
+# read differ by bytes (a micro-batched update's temporaries: 885,552 against 885,424 bytes);
+# float rounding of the generated kernels may differ. BOTJAX_TESTS_XLA_OPT=1 keeps XLA's
+# defaults.
 if os.environ.get("BOTJAX_TESTS_XLA_OPT", "0") != "1":
-  _flags.append("--xla_backend_optimization_level=0")
+  _flags += ["--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"]
 for _flag in _flags:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
