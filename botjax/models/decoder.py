@@ -295,27 +295,24 @@ class Decoder(nnx.Module):
         k_all = v_all = None
       x, k_all, v_all = self._layer_scan(step, (x, k_all, v_all),
                                          remat=self.remat and cache is None)
-    for i, layer in enumerate(() if self.scan_layers else self.layers):
-      window = cfg.window(i)
-      layer_allowed = allowed
-      if window is not None:
-        layer_allowed = allowed & (distance < window)[None]
-      if cache is None:
-        block = _block_fn(self.remat, impl, True)
-        x, (k, v) = block(layer, x, cos, sin, layer_allowed)
-        continue
-      if not fresh:
-        layer_cache = allowed_cache
-        if window is not None:
-          layer_cache = allowed_cache & (cache_distance < window)[None]
-        x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
-                                  CachedLayer(k_all, v_all, i, index, layer_cache,
-                                              cache.layout),
-                                  implementation=impl)
-        continue
-      # slot 0 onward: no earlier slot exists, so the cache is not read
-      x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True)
-      k_all, v_all = write_slots(k_all, v_all, i, index, k, v, cache.layout)
+    else:
+      for i, layer in enumerate(self.layers):
+        window = cfg.window(i)
+        layer_allowed = _window_mask(allowed, distance, window)
+        if cache is None:
+          block = _block_fn(self.remat, impl, True)
+          x, (k, v) = block(layer, x, cos, sin, layer_allowed)
+          continue
+        if not fresh:
+          layer_cache = _window_mask(allowed_cache, cache_distance, window)
+          x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
+                                    CachedLayer(k_all, v_all, i, index, layer_cache,
+                                                cache.layout),
+                                    implementation=impl)
+          continue
+        # slot 0 onward: no earlier slot exists, so the cache is not read
+        x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True)
+        k_all, v_all = write_slots(k_all, v_all, i, index, k, v, cache.layout)
     hidden = self.final_norm(x)
     new_cache = None
     if cache is not None:
@@ -394,10 +391,8 @@ class Decoder(nnx.Module):
     block = _block_fn(self.remat, impl, False)
     for i, layer in enumerate(self.layers):
       window = cfg.window(i)
-      layer_p, layer_allowed = allowed_p, allowed
-      if window is not None:
-        layer_p = allowed_p & (distance[:p, :p] < window)[None]
-        layer_allowed = allowed & (distance[p:] < window)[None]
+      layer_p = _window_mask(allowed_p, distance[:p, :p], window)
+      layer_allowed = _window_mask(allowed, distance[p:], window)
       xp, (kp, vp) = block_p(layer, xp, cos_p, sin_p, layer_p)
       prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # rows' prefix k, v
       x, _ = block(layer, x, cos, sin, layer_allowed, prefix)
