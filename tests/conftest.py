@@ -13,9 +13,8 @@ _flags = ["--xla_force_host_platform_device_count=8"]
 # update tests (123 -> 55 CPU-s) and the sampler tests (153 -> 77 CPU-s). Fusions are emitted by
 # XLA:CPU's elemental IR emitter instead of its MLIR fusion emitters, which compile slower: four
 # micro-batched updates of the tiny test model compiled in 6.3-8.0 s against 12.1-12.5 s.
-# XLA's HLO passes (fusion, buffer assignment) are the same, and the memory analyses the tests
-# read differ by bytes (a micro-batched update's temporaries: 885,552 against 885,424 bytes);
-# float rounding of the generated kernels may differ. BOTJAX_TESTS_XLA_OPT=1 keeps XLA's
+# The memory analyses the tests read differ by bytes (a micro-batched update's temporaries:
+# 885,552 against 885,424 bytes); float rounding of the generated kernels may differ. BOTJAX_TESTS_XLA_OPT=1 keeps XLA's
 # defaults.
 if os.environ.get("BOTJAX_TESTS_XLA_OPT", "0") != "1":
   _flags += ["--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"]
@@ -36,6 +35,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -54,3 +54,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` selects: `-m 'not slow'` leaves e2e tests out
+def pytest_collection_modifyitems(items):
+  """An `e2e` test (an experiment, notebook, guide or benchmark run end to end) is also `slow`."""
+  for item in items:
+    if item.get_closest_marker("e2e") is not None:
+      item.add_marker(pytest.mark.slow)

@@ -16,8 +16,7 @@ def _code() -> str:
   return blocks[0]
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_custom_loop_guide_runs(tmp_path, capsys):
   code = _code()
   first = 'WORKDIR, WARM_STEPS, STEPS = "runs/custom_loop", 400, 20\n'

@@ -15,8 +15,7 @@ def _run(*args, timeout=300):
   return run_script(SCRIPT, *args, timeout=timeout)
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
   path = tmp_path / "out" / "accel.json"
   r = _run("--tiny", f"--json={path}")

@@ -27,8 +27,7 @@ def _row(stdout, name):
   return [float(x) for x in m.groups()]
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_botjax_side_runs_and_reports_its_phases():
   r = _run("--side", "botjax", "--prompts", "4", "--group", "2", "--new-tokens", "16",
            "--warmup", "1", "--iters", "2")
@@ -42,8 +41,7 @@ def test_botjax_side_runs_and_reports_its_phases():
   assert mean_len > 15          # the embedding edit keeps EOS from ending completions early
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the bench extra (trl)")
 def test_both_sides_in_fresh_processes_print_the_ratio():
   r = _run("--prompts", "4", "--group", "2", "--new-tokens", "16", "--warmup", "1", "--iters", "2")

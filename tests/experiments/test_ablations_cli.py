@@ -17,8 +17,7 @@ def _run(*args, timeout=600):
   return run_script(SCRIPT, *args, timeout=timeout)
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_stack_ablation_writes_plot_and_table_and_reuses_finished_runs(tmp_path):
   r = _run("--ablation=stack", f"--workdir={tmp_path}", *TINY)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -80,8 +80,7 @@ def _check_tiny_run(workdir):
     assert "arithmetic testbed" in json.load(f)["data"]["source"]   # the run says what it used
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_tiny_end_to_end_small_warm_start(tmp_path):
   r = _run("--model=tiny", "--steps=2", f"--workdir={tmp_path}", *TINY_WARM, *FAST)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

@@ -18,8 +18,7 @@ def _run(*args, timeout=600):
   return run_script(SCRIPT, *args, timeout=timeout)
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_two_recipes_then_reuse_and_one_more(tmp_path):
   r = _run("--algos=grpo,bot_grpo", f"--workdir={tmp_path}", *TINY)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -137,8 +137,7 @@ def test_missing_node_packages_fail_before_the_warm_start(tmp_path):
   assert seconds < 60, seconds
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 @pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_tiny_end_to_end_train_and_eval_only(trained, server):
   work = trained
@@ -183,8 +182,7 @@ def test_tiny_end_to_end_train_and_eval_only(trained, server):
     assert [h["step"] for h in json.load(f)["history"]] == [0, 2, 2]
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 @pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
   work = trained
@@ -213,8 +211,7 @@ def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
   assert {q["body"]["model"] for q in calls} <= {"pair-judge"}
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 @pytest.mark.xdist_group("react_trained")    # one worker, one `trained` run
 def test_win_rate_curve_over_saved_checkpoints(trained, server, tmp_path):
   work = trained

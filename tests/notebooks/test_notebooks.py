@@ -106,8 +106,7 @@ def test_paired_markdown_matches_the_notebook(name):
   assert [(c.cell_type, c.source.strip()) for c in md.cells] == pairs
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_quickstart_notebook_runs(tmp_path, monkeypatch):
   workdir = tmp_path / "qs"
   nb = _execute("quickstart.ipynb", f"STEPS = 2\nSEEDS = 1\nEVAL_N = 2\nWORKDIR = {str(workdir)!r}\n"
@@ -136,8 +135,7 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch):
   assert (workdir / "quickstart.png").exists()
 
 
-@pytest.mark.slow   # run end to end as a user runs it; .ci/run runs these (-m e2e)
-@pytest.mark.e2e
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_tpu_aime_notebook_runs_tiny(tmp_path, monkeypatch):
   workdir = tmp_path / "aime"
   nb = _execute("tpu_aime.ipynb",
