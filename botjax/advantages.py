@@ -329,28 +329,34 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   return jnp.where(mask, (r - mean[:, None]) * scale[:, None], 0.0)
 
 
-def pure_token_credit(local_rewards, mask, *, temperature: float = 0.1) -> Array:
-  """PURE's min-form credit on a token-level signal: each scored token is one PURE "step".
+def pure_step_credit(local_rewards, step_mask, token_step, mask, *,
+                     temperature: float = 0.1) -> Array:
+  """PURE's min-form credit of a token-level signal, taken over the steps of each row.
 
-    w_{i,t} = exp(−S_{i,t}/T) / Σ_{t'} exp(−S_{i,t'}/T)     (softmin over the row's scored tokens)
-    C_{i,t} = Σ_{t' ≥ t} w_{i,t'} · S_{i,t'}                 (return-to-go of the min-form rewards)
+    v_{i,k} = mean of S_{i,t} over the scored tokens t of step k      (the step's local value)
+    w_{i,k} = exp(−v_{i,k}/T) / Σ_{k'} exp(−v_{i,k'}/T)              (softmin over the row's steps)
+    C_{i,t} = Σ_{k ≥ k(t)} w_{i,k} · v_{i,k}   on the tokens of step k(t); 0 on tokens of no step
 
-  Σ_t w_t S_t tends to min_t S_t as T → 0, so a token is credited with (about) the worst local
-  value still ahead of it instead of the sum of all of them; C replaces S_t in the BoT-GRPO
-  token reward w_g·G + w_s·C_t of the `bot_pure` recipe. [INFERRED] reading of the BoT-GRPO
-  paper's PURE port (arXiv 2610.09804 §4.1, "the same global + token-level reward"): PURE's
-  step rewards become the tokens' local values, its PRMVR outcome at EOS becomes the global
-  term broadcast to every token (the same constant in every token's return-to-go), and its
-  return-to-go and softmin (T = 0.1, PURE's code) act on the tokens.
+  Σ_k w_k v_k tends to min_k v_k as T → 0, so a step is credited with (about) the worst step
+  value still ahead of it instead of the sum of them. C replaces S_t in the BoT-GRPO token reward
+  w_g·G + w_s·C_t of the `bot_pure` recipe; tokens of no step (a `<think>` block, a preamble, the
+  answer) keep only the global term w_g·G. [INFERRED] reading of the BoT-GRPO paper's PURE port
+  (arXiv 2610.09804 §4.1, "the same global + token-level reward"): PURE's steps stay the units
+  of its softmin and return-to-go, and their values are read from the token-level reward. The
+  units are steps, not tokens: over tokens, the unscored text between steps (local value 0)
+  would take the softmin of every row whose steps are all positive, and its good steps would be
+  credited nothing.
 
   Args:
-    local_rewards: [B, T] float local signal S_t (e.g. step verdicts or line penalties spread
-      over tokens).
+    local_rewards: [B, T] float local signal S_t (step verdicts or line penalties on tokens).
+    step_mask: [B, S] bool valid steps.
+    token_step: [B, T] int32 step of each token, -1 for none.
     mask: [B, T] bool scored tokens.
     temperature: T > 0 (PURE: 0.1).
 
   Returns:
-    [B, T] float32 credited local values, zero outside `mask` (and for empty rows).
+    [B, T] float32 credited local values, zero outside `mask`, on tokens of no step, and on
+    steps without scored tokens (which take no part in the softmin).
 
   References:
     Cheng et al., Stop Summation: Min-Form Credit Assignment Is All Process Reward Model Needs
@@ -361,9 +367,27 @@ def pure_token_credit(local_rewards, mask, *, temperature: float = 0.1) -> Array
   x = _f32(local_rewards)
   chex.assert_rank(x, 2)
   mask = _token_mask(x, mask)
-  x = jnp.where(mask, x, 0.0)
-  w = ops.masked_softmax(-x / temperature, mask, axis=-1)
-  return jnp.where(mask, ops.suffix_sum(jnp.where(mask, w * x, 0.0)), 0.0)
+  step_mask = jnp.asarray(step_mask, jnp.bool_)
+  chex.assert_rank(step_mask, 2)
+  token_step = jnp.asarray(token_step, jnp.int32)
+  chex.assert_equal_shape([token_step, mask])
+  b, num_steps = step_mask.shape
+  if b != x.shape[0]:
+    raise ValueError(f"step_mask has {b} rows, local_rewards {x.shape[0]}")
+  if num_steps == 0:
+    return jnp.zeros(x.shape, jnp.float32)
+  in_step = mask & ~stepless_tokens(step_mask, token_step, mask)
+  # One segment per (row, step); tokens of no step go to the spare segment b·S.
+  seg = jnp.where(in_step, jnp.arange(b, dtype=jnp.int32)[:, None] * num_steps + token_step,
+                  b * num_steps)
+  sums = jax.ops.segment_sum(jnp.where(in_step, x, 0.0).ravel(), seg.ravel(),
+                             num_segments=b * num_steps + 1)[:-1].reshape(b, num_steps)
+  counts = jax.ops.segment_sum(in_step.astype(jnp.float32).ravel(), seg.ravel(),
+                               num_segments=b * num_steps + 1)[:-1].reshape(b, num_steps)
+  scored = step_mask & (counts > 0.0)
+  values = sums / jnp.maximum(counts, 1.0)
+  credit = ops.suffix_sum(pure_min_form(values, scored, temperature=temperature))
+  return steps_to_tokens(credit, scored, token_step, mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -898,7 +922,7 @@ def dynamic_sampling_keep(rewards, group_ids, *, num_groups: int, row_mask=None)
 
 __all__ = [
     "GrpoScale", "GRPO_SCALES", "grpo_scale", "grpo", "dr_grpo", "rloo", "reinforce_pp_baseline",
-    "bot_token_rewards", "bot_grpo", "pure_token_credit", "steps_to_tokens", "stepless_tokens",
+    "bot_token_rewards", "bot_grpo", "pure_step_credit", "steps_to_tokens", "stepless_tokens",
     "step_mean", "normalize_group_steps", "process_grpo",
     "step_return_advantages", "pure_min_form", "pure_grpo", "verigate",
     "reco_response_weights", "bppo_loss_mask", "dapo_overlong_penalty", "dynamic_sampling_keep",

@@ -47,7 +47,7 @@ class AdvantageKind(enum.StrEnum):
   "rloo": leave-one-out baseline; "reinforce_pp": REINFORCE++-baseline;
   "grpo_stepmean": "grpo" on R + w_local·(mean step reward), the step information pooled into
   the sequence reward; "bot_grpo": BoT-GRPO (eq. 1–4); "bot_pure": BoT-GRPO on PURE's min-form
-  credit of the local signal; "process_grpo": DeepSeekMath process supervision; "pure": PURE on
+  credit of the local signal over the steps (`advantages.pure_step_credit`); "process_grpo": DeepSeekMath process supervision; "pure": PURE on
   a GRPO backbone; "verigate": VeriGate.
   """
   GRPO = "grpo"
@@ -312,8 +312,8 @@ RECIPES: dict[str, Recipe] = {
                        max_resample_rounds=10, overlong_max_length=DAPO_MAX_LENGTH,
                        overlong_cache_length=DAPO_CACHE_LENGTH),
     # PURE on the backbone: min-form credit (softmin T = 0.1, return-to-go) of the local signal
-    # over the tokens, then the bag-of-token advantages [INFERRED reading, see
-    # advantages.pure_token_credit]; PURE's clip 0.2 and seq-mean-token-mean.
+    # over the steps, then the bag-of-token advantages [INFERRED reading, see
+    # advantages.pure_step_credit]; PURE's clip 0.2 and seq-mean-token-mean.
     "bot_pure": Recipe(name="bot_pure", granularity=Granularity.TOKEN, advantage="bot_pure"),
     # ReCo (arXiv 2607.26862): GRPO advantages, KL and clipping kept; variance-based detached
     # coefficient and response weights clipped at w_max = 5 (reproduction) [INFERRED form].
@@ -426,6 +426,12 @@ def check_reward_inputs(recipe: Recipe, spec=None, *, has_step_rewards: bool | N
         f"token-level local reward (local_rewards[B,T], BoT-GRPO eq. 4 S_t), but the reward "
         f"function provides none; use a reward with token spans, or a sequence-level recipe "
         f"({sequence_recipes})")
+  if recipe.advantage is AdvantageKind.BOT_PURE and not spec.steps:
+    raise ValueError(
+        f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) takes PURE's min-form over "
+        f"steps and needs step boundaries (step_mask[B,S], token_step[B,T]) beside the token "
+        f"rewards, but the reward function provides none; use a reward with steps, or "
+        f"'bot_grpo'")
   if (spec.weighted and recipe.granularity is Granularity.TOKEN
       and (recipe.w_global, recipe.w_local) != (1.0, 1.0)):
     raise ValueError(
@@ -547,8 +553,9 @@ def _adv_bot_grpo(recipe: Recipe, b: Batch) -> Array:
 
 
 def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
-  _require(recipe, local_rewards=b.local_rewards)
-  credit = adv.pure_token_credit(b.local_rewards, b.mask, temperature=recipe.pure_temperature)
+  _require(recipe, local_rewards=b.local_rewards, step_mask=b.step_mask, token_step=b.token_step)
+  credit = adv.pure_step_credit(b.local_rewards, b.step_mask, b.token_step, b.mask,
+                                temperature=recipe.pure_temperature)
   token_rewards = adv.bot_token_rewards(b.shaped, credit, b.mask, w_global=recipe.w_global,
                                         w_local=recipe.w_local)
   return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,

@@ -117,17 +117,27 @@ def imported(modules: Sequence[str], candidates: Sequence[str]) -> list[str]:
   return ast.literal_eval(out.stdout.strip().splitlines()[-1])
 
 
-def pure_credit_loop(x, mask, temp=0.1):
-  """PURE's min-form token credit written out (arXiv 2504.15275): per row, a softmax over the
-  scored tokens of -x/temp weighs x, summed over the tokens from t on. x, mask: [B, T]."""
+def pure_credit_loop(x, step_mask, token_step, mask, temp=0.1):
+  """PURE's min-form credit of a token signal over steps, written out (arXiv 2504.15275): per
+  row, each valid step's value is the mean of x over its scored tokens (steps without any take
+  no part); a softmax of -value/temp over those steps weighs the values, and a token of step k
+  gets the weighted values summed over steps k, k+1, ...; tokens of no step get 0.
+  x, mask, token_step: [B, T]; step_mask: [B, S]."""
   out = np.zeros(x.shape)
-  for i in range(x.shape[0]):
-    toks = [t for t in range(x.shape[1]) if mask[i, t]]
-    if not toks:
+  B, T = x.shape
+  for i in range(B):
+    values = {}
+    for k in range(step_mask.shape[1]):
+      toks = [t for t in range(T) if mask[i, t] and token_step[i, t] == k]
+      if step_mask[i, k] and toks:
+        values[k] = sum(float(x[i, t]) for t in toks) / len(toks)
+    if not values:
       continue
-    lo = min(-x[i, t] / temp for t in toks)
-    e = {t: math.exp(-x[i, t] / temp - lo) for t in toks}
+    lo = min(-v / temp for v in values.values())
+    e = {k: math.exp(-v / temp - lo) for k, v in values.items()}
     total = sum(e.values())
-    for t in toks:
-      out[i, t] = sum(e[u] / total * x[i, u] for u in toks if u >= t)
+    for t in range(T):
+      k = int(token_step[i, t])
+      if mask[i, t] and k in values:
+        out[i, t] = sum(e[j] / total * values[j] for j in values if j >= k)
   return out

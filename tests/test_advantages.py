@@ -373,31 +373,55 @@ def test_bot_grpo_reduces_to_population_grpo(seed, w_g):
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_pure_token_credit_matches_oracle(jit):
-  fn = both(adv.pure_token_credit, "temperature")[jit]
+def test_pure_step_credit_matches_oracle(jit):
+  fn = both(adv.pure_step_credit, "temperature")[jit]
   for seed in range(3):
     d = make_batch(seed)
     x = np.where(d["mask"], 0.3 * d["token_rewards"], np.nan).astype(np.float32)
+    args = (d["step_mask"], d["token_step"], d["mask"])
     for temp in (0.1, 1.0):
-      got = np.asarray(fn(x, d["mask"], temperature=temp))
-      np.testing.assert_allclose(got, pure_credit_loop(x, d["mask"], temp), rtol=1e-5,
-                                 atol=1e-6)
+      got = np.asarray(fn(x, *args, temperature=temp))
+      np.testing.assert_allclose(got, pure_credit_loop(x, *args, temp), rtol=1e-5, atol=1e-6)
       assert np.all(got[~d["mask"]] == 0.0)
+      assert np.all(got[d["token_step"] < 0] == 0.0)
   with pytest.raises(ValueError, match="temperature"):
-    adv.pure_token_credit(np.zeros((1, 2)), np.ones((1, 2), bool), temperature=0.0)
+    adv.pure_step_credit(np.zeros((1, 2)), np.ones((1, 1), bool), np.zeros((1, 2), np.int32),
+                         np.ones((1, 2), bool), temperature=0.0)
+
+
+def test_pure_step_credit_ignores_the_unscored_text_between_steps():
+  # Two steps of +1 with unscored text (local 0) around them: the min over steps is +1, so the
+  # first step is credited 1 and the second 1/2 (uniform weights). A min over tokens would
+  # take the text's 0 and credit both steps about nothing.
+  x = np.array([[0.0, 1.0, 1.0, 0.0, 1.0, 0.0]], np.float32)
+  token_step = np.array([[-1, 0, 0, -1, 1, -1]], np.int32)
+  got = np.asarray(adv.pure_step_credit(x, np.ones((1, 2), bool), token_step,
+                                        np.ones((1, 6), bool)))
+  np.testing.assert_allclose(got, [[0.0, 1.0, 1.0, 0.0, 0.5, 0.0]], atol=1e-6)
+  # A bad second step is the min: the first step's return is about −1, the second's too.
+  x[0, 4] = -1.0
+  got = np.asarray(adv.pure_step_credit(x, np.ones((1, 2), bool), token_step,
+                                        np.ones((1, 6), bool)))
+  np.testing.assert_allclose(got[0, [1, 2, 4]], [-1.0, -1.0, -1.0], atol=1e-4)
 
 
 @settings(max_examples=15)
 @given(seed=st.integers(0, 2**31 - 1))
-def test_pure_token_credit_first_token_tends_to_min(seed):
-  # The first scored token's credit is Σ_t w_t S_t, which tends to min_t S_t as T → 0.
+def test_pure_step_credit_first_step_tends_to_the_min_step_value(seed):
+  # The first scored step's credit is Σ_k w_k v_k, which tends to min_k v_k as T → 0.
   d = make_batch(seed)
   x = np.where(d["mask"], np.round(d["token_rewards"], 1), 0.0).astype(np.float32)
-  first = np.argmax(d["mask"], axis=-1)
-  got = np.asarray(adv.pure_token_credit(x, d["mask"], temperature=1e-3))[np.arange(B), first]
-  lo = np.where(d["mask"], x, np.inf).min(-1)
-  nonempty = d["mask"].any(-1)
-  np.testing.assert_allclose(got[nonempty], lo[nonempty], atol=1e-3)
+  got = np.asarray(adv.pure_step_credit(x, d["step_mask"], d["token_step"], d["mask"],
+                                        temperature=1e-3))
+  for i in range(B):
+    ks = [k for k in range(S) if d["step_mask"][i, k]
+          and np.any(d["mask"][i] & (d["token_step"][i] == k))]
+    if not ks:
+      assert np.all(got[i] == 0.0)
+      continue
+    values = [x[i][d["mask"][i] & (d["token_step"][i] == k)].mean() for k in ks]
+    first = np.flatnonzero(d["mask"][i] & (d["token_step"][i] == ks[0]))[0]
+    np.testing.assert_allclose(got[i, first], min(values), atol=1e-3)
 
 
 # ------------------------------------------------------------------------------------------
@@ -658,7 +682,7 @@ def test_dynamic_sampling_keep(jit):
 _J = {name: jax.jit(getattr(adv, name), static_argnames="num_groups")
       for name in ("bot_grpo", "process_grpo", "verigate", "pure_grpo", "reinforce_pp_baseline",
                    "grpo")}
-_J["pure_token_credit"] = jax.jit(adv.pure_token_credit)
+_J["pure_step_credit"] = jax.jit(adv.pure_step_credit)
 TOKEN_ESTIMATORS = {   # jitted: the properties reuse one compilation per shape
     "bot_grpo": lambda d, ids: _J["bot_grpo"](d["token_rewards"], d["mask"], ids, num_groups=P),
     "process_grpo": lambda d, ids: _J["process_grpo"](d["step_rewards"], d["step_mask"],
@@ -675,7 +699,8 @@ TOKEN_ESTIMATORS = {   # jitted: the properties reuse one compilation per shape
     "process_grpo_stepless": lambda d, ids: _J["process_grpo"](
         d["step_rewards"], d["step_mask"], d["token_step"], d["mask"], ids, num_groups=P,
         stepless=_J["grpo"](d["rewards"], ids, num_groups=P)),
-    "pure_token_credit": lambda d, ids: _J["pure_token_credit"](d["token_rewards"], d["mask"]),
+    "pure_step_credit": lambda d, ids: _J["pure_step_credit"](d["token_rewards"], d["step_mask"],
+                                                              d["token_step"], d["mask"]),
 }
 
 

@@ -245,7 +245,19 @@ def test_check_reward_inputs_and_missing_inputs():
     with pytest.raises(ValueError, match="step_rewards"):
       alg.check_reward_inputs(alg.get_recipe(name), has_step_rewards=False,
                               has_token_rewards=True)
+  # bot_pure reads the token rewards and takes PURE's min-form over the steps: it needs both.
+  alg.check_reward_inputs(alg.get_recipe("bot_pure"), has_step_rewards=True,
+                          has_token_rewards=True)
+  with pytest.raises(ValueError, match="step boundaries"):
+    alg.check_reward_inputs(alg.get_recipe("bot_pure"), has_step_rewards=False,
+                            has_token_rewards=True)
+  with pytest.raises(ValueError, match="local_rewards"):
+    alg.check_reward_inputs(alg.get_recipe("bot_pure"), has_step_rewards=True,
+                            has_token_rewards=False)
   d = make(8)
+  with pytest.raises(ValueError, match="step_mask, token_step"):
+    alg.compute_advantages(alg.get_recipe("bot_pure"), rewards=d["rewards"], mask=d["mask"],
+                           group_ids=GROUP_IDS, num_groups=P, local_rewards=d["local_rewards"])
   with pytest.raises(ValueError, match="local_rewards"):
     alg.compute_advantages(alg.get_recipe("bot_grpo"), rewards=d["rewards"], mask=d["mask"],
                            group_ids=GROUP_IDS, num_groups=P)
@@ -366,8 +378,9 @@ def test_local_rewards_ignored_by_the_recipe_warn_and_name_the_fix():
     warnings.simplefilter("error")
     for name in ("bot_grpo", "bot_pure", "grpo"):
       recipe = alg.get_recipe(name)
+      steps = ({k: d[k] for k in ("step_mask", "token_step")} if name == "bot_pure" else {})
       alg.compute_advantages(recipe, rewards=d["rewards"], mask=d["mask"], group_ids=GROUP_IDS,
-                             num_groups=P, local_rewards=local_of(recipe, d))
+                             num_groups=P, local_rewards=local_of(recipe, d), **steps)
 
 
 # ------------------------------------------------------------------------------------------
@@ -554,10 +567,11 @@ def test_bot_backbone_variants_match_loops(mode):
   np.testing.assert_array_equal(out.loss_mask, m & keep[:, None])
   np.testing.assert_allclose(out.advantages, np.where(keep[:, None], want, 0.0), rtol=1e-5,
                              atol=1e-5)
-  # bot_pure: PURE's min-form credit (softmin T = 0.1, return-to-go) of the local signal
+  # bot_pure: PURE's min-form credit (softmin T = 0.1, return-to-go over the steps) of the
+  # local signal
   pr = alg.get_recipe("bot_pure")
   out = BOTH[mode](pr, d)
-  credit = pure_credit_loop(s, m, 0.1)
+  credit = pure_credit_loop(s, d["step_mask"], d["token_step"], m, 0.1)
   np.testing.assert_allclose(out.advantages, bot_loop(3.0 * r[:, None] + 0.5 * credit, m,
                                                       GROUP_IDS), rtol=1e-4, atol=1e-5)
 
