@@ -462,10 +462,13 @@ def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
 
 def recipe_families(names: Sequence[str]) -> dict[str, list[str]]:
   """Groups run names by `RECIPE_FAMILIES` (in that order; a family with no run is left out);
-  names of no family go to "other recipes"."""
+  names of no family go to "other recipes". A name is read up to its first space, so labelled
+  runs such as "grpo (lr 0.0001)" group as their recipe."""
   out: dict[str, list[str]] = {}
   for name in names:
-    fam = next((f for f, members in RECIPE_FAMILIES.items() if name in members), "other recipes")
+    recipe = name.split(" ", 1)[0]
+    fam = next((f for f, members in RECIPE_FAMILIES.items() if recipe in members),
+               "other recipes")
     out.setdefault(fam, []).append(name)
   order = [*RECIPE_FAMILIES, "other recipes"]
   return {f: out[f] for f in order if f in out}
@@ -484,7 +487,8 @@ def runs_figure(runs: Mapping[str, Sequence[Sequence[Mapping]]], *,
   row. Per-step keys (any key not starting with "eval/") are trailing rolling means over `smooth`
   steps, the window named in the y label; held-out evaluations ("eval/...", every N steps) are
   drawn as logged. Bands as `band` (`BANDS`), named in the title. `thresholds` are marked on the
-  first column. A run keeps its colour in every panel.
+  first column of panels of at most `max_per_panel` runs (more would hide the curves; the
+  report's table gives the steps). A run keeps its colour in every panel.
   """
   if families is None:
     families = (recipe_families(list(runs)) if len(runs) > max_per_panel
@@ -492,8 +496,9 @@ def runs_figure(runs: Mapping[str, Sequence[Sequence[Mapping]]], *,
   unknown = [n for names in families.values() for n in names if n not in runs]
   if unknown:
     raise PlotError(f"families name runs that are not there: {unknown}; runs: {list(runs)}")
-  palette = [f"C{i}" for i in range(10)] + ["black", "tab:olive", "tab:cyan", "gold", "navy",
-                                            "maroon", "lime", "teal", "orchid", "sienna"]
+  # Matplotlib's ten cycle colours, then ten that differ from them (tab:olive is C8).
+  palette = [f"C{i}" for i in range(10)] + ["black", "gold", "navy", "maroon", "lime", "teal",
+                                            "orchid", "sienna", "darkkhaki", "slateblue"]
   colors = {n: palette[i % len(palette)] for i, n in enumerate(runs)}
   plt = _pyplot()
   rows = len(families)
@@ -503,7 +508,8 @@ def runs_figure(runs: Mapping[str, Sequence[Sequence[Mapping]]], *,
     sub = {n: runs[n] for n in names}
     for c, (key, label) in enumerate(keys):
       ax = axes[r, c]
-      draw_metric(ax, sub, key, thresholds=thresholds if c == 0 else (), band=band, label=label,
+      marked = thresholds if c == 0 and len(names) <= max_per_panel else ()
+      draw_metric(ax, sub, key, thresholds=marked, band=band, label=label,
                   smooth=1 if key.startswith("eval/") else smooth, colors=colors)
       if family:
         ax.set_title(family)

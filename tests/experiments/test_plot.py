@@ -312,6 +312,24 @@ def test_many_recipes_split_into_family_panels_with_smoothed_rewards(tmp_path):
   plot._pyplot().close(fig)
   out = plot.plot_runs(runs, str(tmp_path / "all.png"), title="cmp", band="se")
   _check_png(out, min_w=1000, min_h=1200)
+  # Labelled runs (the quick-start's "recipe (lr ...)") group as their recipe. Thresholds are
+  # marked (a crossing step annotated per run) only on panels of at most max_per_panel runs.
+  labelled = {f"{n} (lr 0.0001)": v for n, v in runs.items()}
+  fig, axes = plot.runs_figure(labelled, band="se", thresholds=[0.2])
+  assert [len(axes[r, 0].texts) for r in range(3)] == [3, 4, 1]
+  plot._pyplot().close(fig)
+  # Up to 20 runs each get a colour of their own.
+  many = {f"r{i}": runs["grpo"] for i in range(20)}
+  fig, axes = plot.runs_figure(many, families={"": list(many)})
+  from matplotlib.colors import to_hex
+  assert len({to_hex(line.get_color()) for line in axes[0, 0].get_lines()}) == 20
+  plot._pyplot().close(fig)
+  fig, axes = plot.runs_figure(labelled, band="se", thresholds=[0.2], max_per_panel=3)
+  assert [len(axes[r, 0].texts) for r in range(3)] == [3, 0, 1]   # 4 runs crowd the second
+  assert [ax.get_title() for ax in axes[:, 0]] == ["step-reading recipes", "sequence-only recipes",
+                                                   "other recipes"]
+  assert legend(axes[2, 0]) == ["mystery (lr 0.0001) (2 seeds)"]
+  plot._pyplot().close(fig)
   # up to five recipes stay in one row
   few = {n: runs[n] for n in names[:3]}
   fig, axes = plot.runs_figure(few)
