@@ -414,24 +414,20 @@ def check_reward_inputs(recipe: Recipe, spec=None, *, has_step_rewards: bool | N
   spec = _as_spec(spec)
   sequence_recipes = ", ".join(n for n, r in RECIPES.items()
                                if r.granularity is Granularity.SEQUENCE)
+  def refuse(needs: str, fix: str):
+    raise ValueError(f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) {needs}, but the "
+                     f"reward function provides none; {fix}")
   if recipe.granularity is Granularity.STEP and not spec.steps:
-    raise ValueError(
-        f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) is step-level and needs step "
-        f"rewards (step_rewards[B,S], step_mask[B,S], token_step[B,T]), but the reward "
-        f"function provides none; use a reward with steps, or a sequence-level recipe "
-        f"({sequence_recipes})")
+    refuse("is step-level and needs step rewards (step_rewards[B,S], step_mask[B,S], "
+           "token_step[B,T])", f"use a reward with steps, or a sequence-level recipe "
+           f"({sequence_recipes})")
   if recipe.granularity is Granularity.TOKEN and not spec.token_spans:
-    raise ValueError(
-        f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) is token-level and needs a "
-        f"token-level local reward (local_rewards[B,T], BoT-GRPO eq. 4 S_t), but the reward "
-        f"function provides none; use a reward with token spans, or a sequence-level recipe "
-        f"({sequence_recipes})")
+    refuse("is token-level and needs a token-level local reward (local_rewards[B,T], BoT-GRPO "
+           "eq. 4 S_t)", f"use a reward with token spans, or a sequence-level recipe "
+           f"({sequence_recipes})")
   if recipe.advantage is AdvantageKind.BOT_PURE and not spec.steps:
-    raise ValueError(
-        f"recipe {recipe.name!r} (advantage {recipe.advantage!r}) takes PURE's min-form over "
-        f"steps and needs step boundaries (step_mask[B,S], token_step[B,T]) beside the token "
-        f"rewards, but the reward function provides none; use a reward with steps, or "
-        f"'bot_grpo'")
+    refuse("takes PURE's min-form over steps and needs step boundaries (step_mask[B,S], "
+           "token_step[B,T]) beside the token rewards", "use a reward with steps, or 'bot_grpo'")
   if (spec.weighted and recipe.granularity is Granularity.TOKEN
       and (recipe.w_global, recipe.w_local) != (1.0, 1.0)):
     raise ValueError(
