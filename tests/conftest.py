@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_sessionfinish(session):
-  """Freezes the session's objects out of the garbage collector before pytest's cleanup.
+  """Freezes the test run's objects out of the garbage collector before pytest's cleanup.
 
   An xdist worker ends holding about 1.6 M Python objects; pytest's unraisable-exception cleanup
   then runs five full collections (1.6-1.8 s each), longer than the 5 s execnet waits before it
