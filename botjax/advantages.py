@@ -380,10 +380,10 @@ def pure_step_credit(local_rewards, step_mask, token_step, mask, *,
   # One segment per (row, step); tokens of no step go to the spare segment b·S.
   seg = jnp.where(in_step, jnp.arange(b, dtype=jnp.int32)[:, None] * num_steps + token_step,
                   b * num_steps)
-  sums = jax.ops.segment_sum(jnp.where(in_step, x, 0.0).ravel(), seg.ravel(),
-                             num_segments=b * num_steps + 1)[:-1].reshape(b, num_steps)
-  counts = jax.ops.segment_sum(in_step.astype(jnp.float32).ravel(), seg.ravel(),
-                               num_segments=b * num_steps + 1)[:-1].reshape(b, num_steps)
+  n = b * num_steps + 1
+  sums = ops.segment_sum(jnp.where(in_step, x, 0.0).ravel(), seg.ravel(), num_groups=n)
+  counts = ops.segment_count(seg.ravel(), num_groups=n, where=in_step.ravel())
+  sums, counts = sums[:-1].reshape(b, num_steps), counts[:-1].reshape(b, num_steps)
   scored = step_mask & (counts > 0.0)
   values = sums / jnp.maximum(counts, 1.0)
   credit = ops.suffix_sum(pure_min_form(values, scored, temperature=temperature))

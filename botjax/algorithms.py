@@ -47,8 +47,8 @@ class AdvantageKind(enum.StrEnum):
   "rloo": leave-one-out baseline; "reinforce_pp": REINFORCE++-baseline;
   "grpo_stepmean": "grpo" on R + w_local·(mean step reward), the step information pooled into
   the sequence reward; "bot_grpo": BoT-GRPO (eq. 1–4); "bot_pure": BoT-GRPO on PURE's min-form
-  credit of the local signal over the steps (`advantages.pure_step_credit`); "process_grpo": DeepSeekMath process supervision; "pure": PURE on
-  a GRPO backbone; "verigate": VeriGate.
+  credit of the local signal over the steps (`advantages.pure_step_credit`); "process_grpo":
+  DeepSeekMath process supervision; "pure": PURE on a GRPO backbone; "verigate": VeriGate.
   """
   GRPO = "grpo"
   RLOO = "rloo"

@@ -14,8 +14,8 @@ _flags = ["--xla_force_host_platform_device_count=8"]
 # XLA:CPU's elemental IR emitter instead of its MLIR fusion emitters, which compile slower: four
 # micro-batched updates of the tiny test model compiled in 6.3-8.0 s against 12.1-12.5 s.
 # The memory analyses the tests read differ by bytes (a micro-batched update's temporaries:
-# 885,552 against 885,424 bytes); float rounding of the generated kernels may differ. BOTJAX_TESTS_XLA_OPT=1 keeps XLA's
-# defaults.
+# 885,552 against 885,424 bytes); float rounding of the generated kernels may differ.
+# BOTJAX_TESTS_XLA_OPT=1 keeps XLA's defaults.
 if os.environ.get("BOTJAX_TESTS_XLA_OPT", "0") != "1":
   _flags += ["--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"]
 for _flag in _flags:
