@@ -10,7 +10,8 @@ iteration above these figures is the cost of everything else.
 
   decode: 64 steps, each step every layer's q, k, v, o, gate, up and down weights and the
           (tied) output embedding over each half's 64 rows, one step after the other (each
-          step's input depends on the last one's output, as in sampling);
+          product's output is added into the [64, 1024] state the next one reads, so every
+          step depends on the last, as in sampling);
   update: every weight over the update's tokens (8,192 completion tokens plus 16 shared prompts
           of `--prompt-len` tokens): x W forward, dY Wᵀ and Xᵀ dY backward. The log-probs'
           recomputed logits (`jax.checkpoint` per chunk) are not counted: with one chunk (64
@@ -132,9 +133,8 @@ def main() -> None:
 
   def update_np():
     for _ in range(2):                                       # both halves, BLAS threads each
-      total = 0.0
       for w, x, dy in zip(ws, xs, dys):
-        total += float((x @ w).sum() + (dy @ w.T).sum() + (x.T @ dy).sum())
+        (x @ w).sum(), (dy @ w.T).sum(), (x.T @ dy).sum()
   t_np = timed(update_np)
 
   print(f"decode products: {dec_flop / 1e9:.1f} GFLOP in {t_dec:.3f} s "
