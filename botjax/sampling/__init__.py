@@ -5,19 +5,26 @@
   out = sampler.generate(prompt_token_lists, jax.random.key(0), n=8)     # SampleOutput
   texts = generate_text(sampler, tokenizer, ["What is 3 + 4?"], key, n=8)  # strings + offsets
   logp, _ = completion_logprobs(model, out, temperature=sampler.config.logp_temperature)  # [B, T]
+
+Every engine (`Sampler` is botjax's lockstep one) implements `RolloutEngine`; `make_engine(name,
+model, sampling_config)` builds one by its registered name (`ENGINES`).
 """
 
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import filter_logits, sample_logits, top_k_filter, top_p_filter
 from botjax.sampling.logprobs import completion_logprobs
-from botjax.sampling.sampler import (
+from botjax.sampling.engine import (
+    ENGINES,
     FINISH_LENGTH,
     FINISH_STOP,
+    RolloutEngine,
     SampleOutput,
-    Sampler,
     TeacherForcing,
+    make_engine,
+    register_engine,
 )
+from botjax.sampling.sampler import Sampler
 from botjax.sampling.text import (
     TextSamples,
     TokenOffsets,
@@ -28,7 +35,7 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "completion_logprobs", "Sampler", "SamplingConfig",
+    "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "completion_logprobs", "Sampler", "SamplingConfig",
     "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
     "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
     "sample_logits", "top_k_filter", "top_p_filter",

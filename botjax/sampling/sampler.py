@@ -24,12 +24,12 @@ import concurrent.futures
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx, struct
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from botjax import _xla_cpu
@@ -38,77 +38,10 @@ from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
+from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
 from botjax.sampling.filtering import sample_logits
 
-FINISH_STOP = 0      # the row emitted an EOS / stop token (kept as its last token)
-FINISH_LENGTH = 1    # the row reached max_new_tokens
-
 _BATCH_AXES = ("data", "fsdp")
-
-
-class TeacherForcing(NamedTuple):
-  """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
-
-  `botjax.sampling.completion_logprobs(model, out, temperature=τ)` does all of this and
-  returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
-  input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
-  `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
-  where `SampleOutput.mask` is True. (`start` is a leaf of this NamedTuple, so it is traced
-  when a `TeacherForcing` enters a jitted function: a Python slice `[:, start:start + T]`
-  works outside `jit` only.)
-
-  Attributes:
-    input_ids: [B, L] int32, prompt then completion (L = Lp + T).
-    positions: [B, L] int32 positions (left padding at 0).
-    attention_mask: [B, L] bool, True on prompt and generated tokens.
-    targets: [B, L] int32, input_ids shifted left by one (last column: padding).
-    start: Lp − 1, the column whose target is the first generated token.
-  """
-  input_ids: jax.Array
-  positions: jax.Array
-  attention_mask: jax.Array
-  targets: jax.Array
-  start: int
-
-
-@struct.dataclass
-class SampleOutput:
-  """Completions of one `Sampler.generate` call, B = P·n rows, prompt p's rows adjacent.
-
-  Attributes:
-    prompt_ids: [B, Lp] int32, left-padded prompt of each row.
-    prompt_mask: [B, Lp] bool, True on prompt tokens.
-    tokens: [B, T] int32 generated ids, `pad_token_id` after the end of a row.
-    mask: [B, T] bool, True on generated tokens (the stop token included).
-    logp: [B, T] float32 log-probabilities of `tokens` under softmax(logits / τ) (τ = 1 when
-      greedy), 0 where `mask` is False.
-    lengths: [B] int32 number of generated tokens, `mask.sum(-1)`.
-    finish_reason: [B] int32, 0 = stop token (`FINISH_STOP`), 1 = length (`FINISH_LENGTH`).
-    group_ids: [B] int32 prompt index of each row, in [0, num_groups).
-    num_groups: P (static).
-  """
-  prompt_ids: jax.Array
-  prompt_mask: jax.Array
-  tokens: jax.Array
-  mask: jax.Array
-  logp: jax.Array
-  lengths: jax.Array
-  finish_reason: jax.Array
-  group_ids: jax.Array
-  num_groups: int = struct.field(pytree_node=False)
-
-  def teacher_forcing(self) -> TeacherForcing:
-    """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
-
-    Shapes as in `TeacherForcing` (L = Lp + T). For the completion log-probs under other
-    parameters, `botjax.sampling.completion_logprobs(model, self, temperature=τ)`.
-    """
-    input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
-    attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)
-    positions = jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
-    targets = jnp.concatenate([input_ids[:, 1:], self.tokens[:, -1:]], axis=1)
-    return TeacherForcing(input_ids, positions, attention_mask, targets,
-                          self.prompt_ids.shape[1] - 1)
 
 
 def _split_model(model: Any) -> tuple[nnx.GraphDef, Any]:
@@ -145,7 +78,8 @@ def _constrain_cache(cache: KVCache) -> KVCache:
 
 
 class Sampler:
-  """Jitted batched sampler for a `botjax.models.Decoder`.
+  """Jitted batched sampler for a `botjax.models.Decoder`: botjax's lockstep rollout engine
+  (`botjax.sampling.RolloutEngine`, registered as "jax").
 
   Example:
     sampler = Sampler(model, model.config, SamplingConfig(max_new_tokens=128, temperature=1.0,
@@ -173,6 +107,8 @@ class Sampler:
   `botjax._xla_cpu.compiler_options` and lowered with `botjax._xla_cpu.threefry_unrolled`
   (both per program, chosen from the devices; `BOTJAX_XLA_CPU_TUNING=0` turns them off).
   """
+
+  exact_logp = True   # its log-probs are the trainer's (the same model, the same kernels)
 
   def __init__(self, model: Any, model_config: Any, sampling_config: SamplingConfig, *,
                mesh: Mesh | None = None, cache_dtype: Any = None,

@@ -17,7 +17,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from botjax.sampling.sampler import FINISH_STOP, SampleOutput, Sampler
+from botjax.sampling.engine import FINISH_STOP, SampleOutput
+from botjax.sampling.sampler import Sampler
 
 Message = Mapping[str, str]
 Prompt = str | Sequence[Message]
