@@ -5,6 +5,7 @@ which engine generates them is a name in a registry (`ENGINES`), chosen by a con
 (`RolloutConfig.engine`) or an experiment flag (`--engine=`):
 
   engine = make_engine("jax", model, sampling_config)      # botjax's own (the default)
+  engine = make_engine("vllm", model, sampling_config)     # vLLM (botjax.sampling.vllm)
   out = engine.generate(prompt_ids, key, n=8)               # SampleOutput, B = P·n rows
   engine.set_params(new_params)                             # after every update
   engine.close()
@@ -147,7 +148,13 @@ def _jax_engine(model, sampling_config: SamplingConfig, *, mesh=None, **options)
   return Sampler(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)
 
 
-ENGINES: dict[str, EngineFactory] = {"jax": _jax_engine}
+def _vllm_engine(model, sampling_config: SamplingConfig, *, mesh=None,
+                 **options) -> RolloutEngine:
+  from botjax.sampling.vllm import VLLMEngine   # local: vLLM is an optional extra
+  return VLLMEngine(model, sampling_config, mesh=mesh, **options)
+
+
+ENGINES: dict[str, EngineFactory] = {"jax": _jax_engine, "vllm": _vllm_engine}
 
 
 def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:
