@@ -18,6 +18,8 @@ from botjax.sampling import vllm as vllm_engine
 
 from _util import ROOT
 
+pytestmark = pytest.mark.vllm       # also run by .ci/run in the vLLM environment
+
 SC = SamplingConfig(temperature=0.0, max_new_tokens=8, eos_token_ids=(2,))
 
 
