@@ -23,7 +23,8 @@ from flax import nnx
 from botjax import algorithms
 from botjax import data as data_lib
 from botjax import models
-from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
+from botjax.rewards import MathReward, is_correct
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.sampling import Sampler
 from botjax.train import config as config_lib
 from botjax.train.evaluate import evaluate

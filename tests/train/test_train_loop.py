@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, RewardSpec
+from botjax.rewards import MathReward, RewardResult, RewardSpec
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
 from botjax.train import rollouts
