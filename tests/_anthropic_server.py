@@ -119,6 +119,11 @@ class AnthropicServer:
         self._send(status, payload, extra)
 
       def _answer(self, raw, headers, record):
+        try:
+          body = json.loads(raw)
+        except ValueError:
+          body = None
+        record["body"] = body       # kept for the tests even when the request is refused
         if self.path.split("?")[0] != "/v1/messages":
           return (*error(404, f"Not found: {self.path}"), ())
         version = headers.get("anthropic-version")
@@ -131,11 +136,8 @@ class AnthropicServer:
           return (*error(401, "x-api-key header is required"), ())
         if server.api_key is not None and key != server.api_key:
           return (*error(401, "invalid x-api-key"), ())
-        try:
-          body = json.loads(raw)
-        except ValueError:
+        if not isinstance(body, dict):
           return (*error(400, "There was an issue with your request body: invalid JSON"), ())
-        record["body"] = body
         problem = _invalid(body, version)
         if problem:
           return (*error(400, problem), ())
