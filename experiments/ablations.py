@@ -211,8 +211,8 @@ def report(ablation: str) -> str | None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from botjax import _xla_cpu
-  _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
+  from botjax import xla_cpu
+  xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax and absl INFO noise
   names = list(ABLATIONS) if FLAGS.ablation == ["all"] else FLAGS.ablation
   bad = [a for a in names if a not in ABLATIONS and a not in ALIASES]

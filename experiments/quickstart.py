@@ -22,7 +22,7 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax import plotting  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
@@ -82,7 +82,7 @@ def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float],
 
 def main(argv):
   del argv
-  _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
+  xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
   prepared = arith.prepare(FLAGS.workdir,

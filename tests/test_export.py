@@ -8,9 +8,8 @@ explicitly: `"auto"` would resolve to the CPU path here, because the mesh's devi
 
 * the attention is `jax.nn.dot_product_attention`'s (its functions appear in the locations);
 * no CPU-only piece: neither the `"cpu"` attention (`botjax.models.attention_cpu`) nor
-  `botjax._xla_cpu`'s folded reductions
-  (they are emitted through `jax.lax.platform_dependent`, whose CPU branch is not lowered for
-  TPU or CUDA);
+  `botjax.xla_cpu`'s folded reductions (they are emitted through `jax.lax.platform_dependent`,
+  whose CPU branch is not lowered for TPU or CUDA);
 * the KV cache has the `[layers, B, S, K, H]` layout.
 
 Not covered here: cuDNN's flash attention (`attention="cudnn"`) cannot be traced on a host

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax.models import attention_cpu
 from botjax.models.config import ATTENTION_IMPLEMENTATIONS
 
@@ -129,7 +129,7 @@ def _cudnn_available() -> bool:
 
 
 def _on_cudnn_gpu(where: Any) -> bool:
-  return _xla_cpu.platform_of(where) == "gpu" and _cudnn_available()
+  return xla_cpu.platform_of(where) == "gpu" and _cudnn_available()
 
 
 class AttentionFn(NamedTuple):
@@ -166,7 +166,7 @@ def attention_implementation(choice: str = "auto", where: Any = None) -> str:
   Args:
     choice: one of `ATTENTION_IMPLEMENTATIONS`; anything but `"auto"` is returned as is.
     where: the devices, mesh or arrays the model is placed on (see
-      `botjax._xla_cpu.platform_of`); None: the mesh set with `jax.set_mesh`, else the
+      `botjax.xla_cpu.platform_of`); None: the mesh set with `jax.set_mesh`, else the
       default device.
 
   Returns:

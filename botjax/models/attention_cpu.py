@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 
 # Finite stand-in for -inf so a query with no visible key gives a uniform row, never NaN
 # (the value `jax.nn.dot_product_attention` uses for masked logits).
@@ -31,8 +31,8 @@ KV_LAYOUT = "BKSH"
 
 def auto(where) -> bool:
   """Whether `"auto"` picks this attention for the devices `where`: a CPU target, with
-  `BOTJAX_XLA_CPU_TUNING` not off (`botjax._xla_cpu.enabled`)."""
-  return _xla_cpu.enabled(where)
+  `BOTJAX_XLA_CPU_TUNING` not off (`botjax.xla_cpu.enabled`)."""
+  return xla_cpu.enabled(where)
 
 
 def _attend_fwd(qh, k, v, bias):
@@ -53,7 +53,7 @@ def _attend_bwd(res, d_out):
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
   d_scores = (probs * (d_probs - delta)).astype(dt)
   d_q = jnp.einsum("BKQS,BKSH->BKQH", d_scores, k)
-  d_k, d_v = _xla_cpu.on_cpu(_attend_dkv_cpu, _attend_dkv, qh, d_out, probs.astype(dt), d_scores)
+  d_k, d_v = xla_cpu.on_cpu(_attend_dkv_cpu, _attend_dkv, qh, d_out, probs.astype(dt), d_scores)
   return d_q, d_k, d_v, None
 
 
@@ -140,12 +140,12 @@ def attend_cpu(q, k, v, allowed, cached=None, prefix=None, *, causal: bool = Fal
   # multiply + sum in float32, which XLA fuses with the read of the cache slice; as batched
   # GEMMs of [G·L, H] x [H, S] they took 2-4x longer on CPU and copied each layer's cache
   # slice out first. The cache holds k and v slots-last ([B, K, H, S]), so q·k reduces over
-  # H along vectorised slots, and p·v over the slots; the sums are `_xla_cpu.fused_sum`,
+  # H along vectorised slots, and p·v over the slots; the sums are `xla_cpu.fused_sum`,
   # which keeps XLA:CPU from materialising the products (64-token sampling 0.25 -> 0.12 s
   # with both, measured before and after on the benchmark model).
   few = cached is not None and g * l <= 4
   f32 = jnp.float32
-  fused_sum, fused_max = _xla_cpu.fused_sum, _xla_cpu.fused_max
+  fused_sum, fused_max = xla_cpu.fused_sum, xla_cpu.fused_max
 
   if cached is None:   # training, scoring and prefill: one softmax over the new tokens
     bias = jnp.where(allowed, 0.0, MASK_VALUE).astype(jnp.float32)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax.models.attention import ATTENTION_FNS
 from botjax.models.cache import CachedLayer
 from botjax.models.config import DecoderConfig
@@ -67,7 +67,7 @@ class RMSNorm(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x32 = x.astype(jnp.float32)
-    var = _xla_cpu.fused_sum(jnp.square(x32), keepdims=True) / x.shape[-1]
+    var = xla_cpu.fused_sum(jnp.square(x32), keepdims=True) / x.shape[-1]
     y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
     scale = self.scale[...].astype(x.dtype)
     return scale.reshape((1,) * (x.ndim - 1) + scale.shape) * y

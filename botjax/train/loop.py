@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from botjax import _xla_cpu, algorithms
+from botjax import algorithms, xla_cpu
 from botjax.rewards.base import RewardSpec, reward_spec
 from botjax.rewards.pool import RewardPool
 from botjax.sampling import Sampler, SamplingConfig
@@ -359,7 +359,7 @@ class RLTrainer:
     threads = self.cfg.host_threads
     if threads == 0:
       mesh = self.mesh if self.mesh is not None and self.mesh.size > 1 else None
-      threads = _xla_cpu.default_host_threads(self.state.params, mesh=mesh)
+      threads = xla_cpu.default_host_threads(self.state.params, mesh=mesh)
     if threads == 1 or num_micro != 1 or mb_rows % threads:
       return 1
     return threads

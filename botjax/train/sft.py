@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax.train import step as step_lib
 
 
@@ -71,7 +71,7 @@ def sft(model: nnx.Module, prompts: Sequence[Sequence[int]], completions: Sequen
                    optax.adamw(sched, weight_decay=cfg.weight_decay))
   opt_state = tx.init(params)
 
-  @functools.partial(_xla_cpu.jit, donate_argnums=(0, 1))
+  @functools.partial(xla_cpu.jit, donate_argnums=(0, 1))
   def train_step(params, opt_state, ids, pos, attn, lmask):
     def loss_fn(p):
       logp, _ = step_lib.completion_logprobs(graphdef, p, rest, ids, pos, attn, completion_len=t)

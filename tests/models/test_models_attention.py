@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 import botjax.models as bm
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax.models import attention, attention_cpu
 
 BASE = bm.DecoderConfig(model_type="qwen2", vocab_size=64, hidden_size=32, num_layers=2,
@@ -91,7 +91,8 @@ def test_attention_kernels_have_the_same_gradient():
     kh = k.shape[2]
     qh = q.reshape(b, l, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, -1, h)
     bias = jnp.where(allowed, 0.0, attention_cpu.MASK_VALUE)
-    out = attention_cpu.attend(qh * h ** -0.5, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), bias)
+    out = attention_cpu.attend(qh * h ** -0.5, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                               bias)
     out = out.reshape(b, kh, n // kh, l, h).transpose(0, 3, 1, 2, 4).reshape(q.shape)
     return jnp.sum(out * w)
 
@@ -236,18 +237,18 @@ def test_a_cache_of_the_other_layout_is_refused():
 
 
 def test_auto_resolves_from_the_devices_and_the_switch(monkeypatch):
-  monkeypatch.delenv(_xla_cpu.ENV_VAR, raising=False)
+  monkeypatch.delenv(xla_cpu.ENV_VAR, raising=False)
   assert attention.attention_implementation("auto") == "cpu"
   assert attention.attention_implementation("xla") == "xla"
   tpu = jax.sharding.AbstractMesh((8,), ("fsdp",), abstract_device=jax._src.mesh.AbstractDevice(
       device_kind="TPU v5 lite", num_cores=None, platform="tpu"))
-  assert _xla_cpu.platform_of(tpu) == "tpu"
+  assert xla_cpu.platform_of(tpu) == "tpu"
   assert attention.attention_implementation("auto", tpu) == "xla"
   mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
   assert attention.attention_implementation("auto", mesh) == "cpu"
   params = nnx.state(bm.Decoder(BASE, rngs=nnx.Rngs(0)))
-  assert _xla_cpu.platform_of(params) == "cpu"
-  monkeypatch.setenv(_xla_cpu.ENV_VAR, "0")
+  assert xla_cpu.platform_of(params) == "cpu"
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "0")
   assert attention.attention_implementation("auto") == "xla"
   with pytest.raises(ValueError, match="attention implementation 'flash'.*'cudnn'"):
     attention.attention_implementation("flash")
