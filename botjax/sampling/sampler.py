@@ -35,7 +35,7 @@ from botjax import xla_cpu
 from botjax.models.decoder import KVCache
 from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
-from botjax.sampling.buckets import bucket_size, left_pad
+from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
 from botjax.sampling.filtering import sample_logits
@@ -301,7 +301,7 @@ class Sampler:
       [B, V] of each row's next token).
     """
     num, lp = prompt_ids.shape
-    positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
+    positions = positions_from_mask(prompt_mask)
     # The barrier hides the empty cache and the start index from XLA, which would otherwise
     # constant-fold the fully masked scores of the empty cached slots: [P, K, G, Lp, Lp] per
     # layer, seconds of compile time at batch 64.
