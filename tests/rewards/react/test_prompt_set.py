@@ -7,8 +7,11 @@ The default suite checks every reference solution (four per category) and one st
 set (and `tsc --strict` on the references) is a slow test.
 """
 import collections
+import importlib.util
 import json
+import os
 import re
+import sys
 
 import pytest
 
@@ -16,6 +19,7 @@ from botjax.rewards.react import prompts as pr
 from botjax.rewards.react import render as R
 from botjax.rewards.react import toolchain as tc
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PROMPTS = pr.builtin_prompts()
 BY_ID = {p.id: p for p in PROMPTS}
 REFERENCES = pr.reference_solutions()
@@ -77,21 +81,37 @@ def test_reference_solutions():
     assert not re.search(r"https?://|\bfetch\(|XMLHttpRequest|WebSocket", code), pid
 
 
+def _react_script():
+  """experiments/react.py as a module (as tests/train/test_reward_contract.py loads it)."""
+  name = "botjax_experiments_react"
+  if name not in sys.modules:
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
+                                                                      "react.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+  return sys.modules[name]
+
+
 def test_every_prompt_fits_the_tiny_runs_prompt_budget(tmp_path):
   # `experiments/react.py --model=tiny` rejects a chat prompt longer than its rollout's
-  # max_prompt_tokens (192) under the tokenizer the testbed trains on its warm-start corpus
+  # max_prompt_tokens under the tokenizer the testbed trains on its warm-start corpus
   from botjax import data as data_lib
   from botjax.testbeds import react_tiny
 
+  react = _react_script()
+  react.FLAGS(["react.py", "--model=tiny", f"--workdir={tmp_path / 'run'}"])
+  budget = react.train_config(tiny=True).rollout.max_prompt_tokens
   setup = react_tiny.TinyReactSetup()
   train, _ = pr.split_prompts(PROMPTS, test_fraction=setup.test_fraction)
   _, corpus = react_tiny.warm_start_corpus(PROMPTS, [p.to_record() for p in train], setup)
-  tok = data_lib.build_tokenizer(tmp_path, corpus, vocab_size=setup.vocab_size)
+  tok = data_lib.build_tokenizer(tmp_path / "tok", corpus, vocab_size=setup.vocab_size)
   lengths = {p.id: len(tok.apply_chat_template(pr.chat_messages(p), add_generation_prompt=True,
                                                 tokenize=True, return_dict=False))
              for p in PROMPTS}
   longest = max(lengths, key=lengths.get)
-  assert lengths[longest] <= 192, (longest, lengths[longest])
+  assert lengths[longest] <= budget, (longest, lengths[longest], budget)
 
 
 def stub_component(prompt: pr.ReactPrompt) -> str:
