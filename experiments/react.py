@@ -12,8 +12,9 @@ r"""React code generation with BoT-GRPO: the paper's first experiment.
 Defaults follow the paper (BoT-GRPO, arXiv 2610.09804, §4): BoT-GRPO, 8 prompts x 8 rollouts per
 step, global reward = compile / render failure + ESLint score + LLM code judge (+ the VLM
 screenshot judge with --vlm_judge), line-level local penalties (compiler, ESLint, judge lines)
-spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id
-(--prompts for your own). A blank page is not a render failure (--blank_is_failure makes it one).
+spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 within
+each category (`botjax.rewards.react.split_prompts`; --prompts for your own). A blank page is
+not a render failure (--blank_is_failure makes it one).
 Step-level recipes (--algo=pure, verigate, process_grpo) read the same penalties per
 blank-line-separated block of the completion (`botjax.rewards.react.penalties.step_spans_of`).
 Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
@@ -66,7 +67,8 @@ flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the pre
                     "the HF cache or downloaded into it; --offline: cache only).")
 flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
                     "dataset name `datasets` opens offline (default: the built-in set).")
-flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
+flags.DEFINE_float("test_fraction", 0.2, "Held-out share of each prompt category (a seeded split: "
+                   "botjax.rewards.react.split_prompts).")
 flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the LLM code judge (default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
 flags.DEFINE_string("vlm_judge", "", "OpenAI-compatible base URL of the VLM screenshot judge (default: none).")
