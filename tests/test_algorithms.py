@@ -602,11 +602,11 @@ def test_grpo_stepmean_pools_the_step_mean_into_the_sequence_reward(mode):
 
 
 def test_the_trainer_builds_its_recipe_for_the_runs_budget():
-  # RLTrainer's recipe (train.loop.recipe_for_run) follows rollout.max_new_tokens (the penalty
+  # RLTrainer's recipe (train.config.recipe_for_run) follows rollout.max_new_tokens (the penalty
   # of a 1,024-token AIME run starts at 819 tokens, not at 16,384); given overrides still win.
   from botjax.rewards.base import RewardSpec
   from botjax.train import config as config_lib
-  from botjax.train.loop import recipe_for_run
+  from botjax.train.config import recipe_for_run
   plain = RewardSpec(frozenset({"sequence"}))
   for budget in (1024, 2048):
     cfg = config_lib.TrainConfig(recipe="dapo", workdir="unused",
