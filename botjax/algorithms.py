@@ -699,7 +699,8 @@ def register_estimator(name: str, fn: Callable[[Recipe, Batch], Array],
     name: the name (not a built-in one).
     fn: the estimator (`Estimator.fn`).
     granularity: the reward signal it reads (`Granularity` or its name).
-    replace: replace an estimator registered earlier under `name`.
+    replace: replace an estimator registered earlier under `name` (a function of the same
+      module and qualified name, defined again, replaces it anyway).
 
   Returns:
     `name`.
@@ -712,7 +713,10 @@ def register_estimator(name: str, fn: Callable[[Recipe, Batch], Array],
     raise ValueError(f"estimator name must be a non-empty str, got {name!r}")
   if name in {str(k) for k in AdvantageKind}:
     raise ValueError(f"{name!r} is a built-in estimator; choose another name")
-  if name in ESTIMATORS and not replace and ESTIMATORS[name].fn is not fn:
+  old = ESTIMATORS[name].fn if name in ESTIMATORS else None
+  redefined = old is not None and all(   # the same function defined again (a re-run cell)
+      getattr(old, k, None) == getattr(fn, k, 0) for k in ("__module__", "__qualname__"))
+  if old is not None and old is not fn and not (replace or redefined):
     raise ValueError(f"estimator {name!r} is already registered (replace=True replaces it)")
   if not callable(fn):
     raise ValueError(f"estimator {name!r}: fn must be callable (recipe, batch) -> [B, T], got "

@@ -98,7 +98,13 @@ ADDED_FIELDS: dict[str, Any] = {"rollout.engine": "jax"}
 
 def to_dict(cfg) -> dict:
   """A JSON-ready nested dict of a (possibly nested) config dataclass."""
-  return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+  return json_ready(dataclasses.asdict(cfg))
+
+
+def json_ready(config: Mapping) -> dict:
+  """`config` as it reads back from JSON (tuples as lists, other objects as their str), so that
+  a config compares equal to the one saved with a checkpoint."""
+  return json.loads(json.dumps(dict(config), default=str))
 
 
 def _flatten(d: Mapping, prefix: str = "") -> dict:

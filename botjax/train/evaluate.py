@@ -31,7 +31,7 @@ def evaluate(engine: RolloutEngine, tokenizer, records: Sequence[Mapping[str, An
     key: PRNG key (default PRNGKey(0)): the same key gives the same evaluation.
     ks: the k of pass@k and, with `answer_fn`, of maj@k (k <= n; maj@n is always reported).
     prompt_fn: record -> chat messages or string.
-    batch_prompts: prompts per sampler call.
+    batch_prompts: prompts per engine call.
     answer_fn: extracts an answer from a completion for maj@k (None: no maj@k).
     answer_equal: `(extracted answer, reference str) -> bool` for maj@k (default ==).
 

@@ -20,7 +20,7 @@ from botjax.rewards.base import reward_spec
 from botjax.sampling import RolloutEngine, SamplingConfig, make_engine
 from botjax.train import step as step_lib
 from botjax.train.batch import BatchPreview, build_batch
-from botjax.train.config import TrainConfig, recipe_for_run, to_dict
+from botjax.train.config import TrainConfig, json_ready, recipe_for_run, to_dict
 from botjax.train.hooks import StepInfo, default_hooks
 from botjax.train.programs import UpdatePrograms, check_layout, commit
 from botjax.train.rollouts import (PromptSource, RolloutCollector, Rollouts, default_prompt,
@@ -40,8 +40,8 @@ class RLTrainer:
       with `collector`.
     eval_fn: optional `(trainer, step) -> dict`, every `cfg.eval_every` steps and at the end.
     mesh: optional device mesh; parameters should already carry their shardings.
-    run_config: the experiment config dict saved in config.json and checkpoints (default
-      `to_dict(cfg)`).
+    run_config: the experiment config dict saved in config.json and checkpoints, compared on
+      resume (default `to_dict(cfg)`; kept as it reads back from JSON).
     stop_token_ids: extra ids that end a completion besides the tokenizer's EOS.
     engine: a `RolloutEngine` to reuse (config equal to the run's); default
       `make_engine(cfg.rollout.engine, ...)`.
@@ -59,7 +59,7 @@ class RLTrainer:
     if cfg.host_threads < 0:
       raise ValueError(f"host_threads must be >= 0 (0 = automatic), got {cfg.host_threads}")
     self.cfg, self.tokenizer, self.eval_fn, self.mesh = cfg, tokenizer, eval_fn, mesh
-    self.run_config = dict(run_config) if run_config is not None else to_dict(cfg)
+    self.run_config = json_ready(run_config) if run_config is not None else to_dict(cfg)
     self.model_config = model.config
     r = cfg.rollout
     self.recipe = recipe_for_run(cfg, collector.spec if collector else reward_spec(reward_fn))

@@ -137,7 +137,7 @@ class UpdatePrograms:
     """Host threads for one mini-batch's update (1 = the single jitted `update`).
 
     `TrainConfig.host_threads`, or with 0 two on small CPU hosts without a mesh (as the
-    sampler does); one when the mini-batch is micro-batched or does not split evenly.
+    jax engine does); one when the mini-batch is micro-batched or does not split evenly.
     """
     threads = self.cfg.host_threads
     if threads == 0:
