@@ -39,13 +39,14 @@ class RLTrainer:
       `RewardPool`; prompt_fn: record -> chat messages, a string or token ids. Not needed
       with `collector`.
     eval_fn: optional `(trainer, step) -> dict`, every `cfg.eval_every` steps and at the end.
-    mesh: optional device mesh; parameters should already carry their shardings.
+    mesh: optional device mesh (parameters should already carry their shardings).
     run_config: the experiment config dict saved in config.json and checkpoints, compared on
       resume (default `to_dict(cfg)`; kept as it reads back from JSON).
     stop_token_ids: extra ids that end a completion besides the tokenizer's EOS.
     engine: a `RolloutEngine` to reuse (config equal to the run's); default
       `make_engine(cfg.rollout.engine, ...)`.
-    collector: a `RolloutCollector` to use instead of building one (its engine is the run's).
+    collector: a `RolloutCollector` to use instead of building one (its engine is the run's);
+      injected parts are the caller's to close.
     checkpoint: the Hugging Face checkpoint the model was loaded from, recorded in config.json
       (`RunDir.load_model`).
   """
@@ -71,7 +72,7 @@ class RLTrainer:
     if engine is not None and engine.config != self.sampling:
       raise ValueError(f"the given engine's config {engine.config} differs from the run's "
                        f"{self.sampling}")
-    self._own_engine = engine is None
+    self._owns = (engine is None, collector is None)   # what close() stops
     self.engine = engine or make_engine(r.engine, model, self.sampling, mesh=mesh, **(
         {"host_threads": cfg.host_threads} if cfg.host_threads else {}))
 
@@ -149,8 +150,7 @@ class RLTrainer:
     return BatchPreview(roll, batch, {**info, **adv})
 
   def step(self) -> dict:
-    """One RL iteration: collect, build the batch, update, push the parameters to the engine.
-    Returns its metrics (keys in docs/extending.md)."""
+    """One RL iteration (collect, batch, update, `engine.set_params`); its metrics."""
     step, t0 = self.host_step, time.perf_counter()
     key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), step)
     roll, info = self.collector.collect(key, step)
@@ -168,8 +168,7 @@ class RLTrainer:
             "update_tokens_per_s": tokens / max(t2 - t1, 1e-9)}
 
   def steps(self):
-    """Trains to `cfg.steps`, one step per iteration, running the hooks after each; yields its
-    `StepInfo`. (`run` drives it, with the hooks' start and end around it.)"""
+    """Steps to `cfg.steps`, running the hooks after each; yields their `StepInfo`s."""
     while self.host_step < self.cfg.steps:
       metrics = self.step()
       info = StepInfo(self.host_step, metrics, self, last=self.host_step == self.cfg.steps)
@@ -177,8 +176,7 @@ class RLTrainer:
       yield info
 
   def run(self) -> list[dict]:
-    """Trains to `cfg.steps` with the hooks (log, evaluate, checkpoint, console); returns the
-    records written to metrics.jsonl."""
+    """`steps()` within the hooks' start and end; returns the rows written to metrics.jsonl."""
     self.hooks.start(self)
     try:
       if self.host_step == 0:
@@ -190,9 +188,11 @@ class RLTrainer:
     return self.hooks.log.records
 
   def close(self):
-    """Stops the reward workers and update threads, flushes pending checkpoint writes."""
-    self.pool.close()
+    """Stops the reward workers, update threads and engine it built; flushes checkpoints."""
+    own_engine, own_collector = self._owns
+    if own_collector:
+      self.pool.close()
     self.programs.close()
-    if self._own_engine:
+    if own_engine:
       self.engine.close()
     self.checkpointer.close()

@@ -274,7 +274,11 @@ class RunDir:
       raise RunDirError(f"{self.path} has no checkpoint of step {step}; saved: {steps}")
     if like is None:
       like = self._abstract_model()
-    return self.checkpointer(keep=max(len(steps), 1)).restore_params(step, like)
+    ckpt = self.checkpointer(keep=len(steps))
+    try:
+      return ckpt.restore_params(step, like)
+    finally:
+      ckpt.close()
 
   def load_model(self, step: int | None = None):
     """The base checkpoint's model (config.json "checkpoint") with the parameters of `step`."""

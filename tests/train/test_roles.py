@@ -170,6 +170,7 @@ def test_the_collector_can_be_injected(env, tmp_path):
     assert collector.position == 2
   finally:
     t.close()
+    collector.pool.close()    # the caller's: the trainer closes only what it built
 
 
 def test_hooks_run_every_n_steps_before_logging_and_at_the_end(env, tmp_path):
