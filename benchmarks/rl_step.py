@@ -213,7 +213,8 @@ def bench_botjax(model_dir, records, args, workdir):
   from botjax import models
   from botjax.rewards import RewardResult
   from botjax.train.config import RewardConfig, RolloutConfig, TrainConfig, OptimConfig
-  from botjax.train.loop import ListPrompts, RLTrainer
+  from botjax.train.loop import RLTrainer
+  from botjax.train.rollouts import ListPrompts
 
   score = make_reward()
 

@@ -27,7 +27,7 @@ from botjax import plotting  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
-from botjax.train.writer import read_jsonl  # noqa: E402
+from botjax.train.rundir import load_metrics  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algos", ["grpo", "bot_grpo"], "Recipes of botjax.algorithms to compare.")
@@ -122,7 +122,7 @@ def main(argv):
       timings[name] = time.perf_counter() - t0
       _cli.save_seconds(workdir, timings[name], cfg)
       print(f"{name}: {timings[name]:.0f} s", flush=True)
-    return read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    return load_metrics(workdir)
 
   lrs = [float(x) for x in FLAGS.lrs]
   best_lr: dict[str, float | None] = {algo: None for algo in FLAGS.algos}

@@ -23,13 +23,13 @@ FLOORS = {
     "botjax.types": 0,
     "botjax.ops": 1,
     "botjax.xla_cpu": 2, "botjax.advantages": 2, "botjax.losses": 2, "botjax.metrics": 2,
-    "botjax.plotting": 2,
     "botjax.algorithms": 3, "botjax.data": 3,
     "botjax.models": 4,
     "botjax.sampling": 5,
     "botjax.rewards": 6,
     "botjax.train": 7,
     "botjax.testbeds": 8,
+    "botjax.plotting": 8,     # draws only; reads a run's files through train.rundir.RunDir
     "botjax": 9,
     "experiments": 10,
 }

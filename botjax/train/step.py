@@ -110,9 +110,6 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
   return graphdef, params, rest
 
 
-group_prompts = logprobs_lib.group_prompts
-
-
 def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
                         completion_len: int, temperature: float = 1.0, chunk: int = 128,
                         num_prompts: int = 0):

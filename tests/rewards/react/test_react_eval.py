@@ -10,6 +10,7 @@ import pytest
 from hypothesis import strategies as st
 from PIL import Image
 
+from botjax import plotting
 from botjax.rewards.base import RewardResult
 from botjax.rewards.react import evaluate as ev
 from botjax.rewards.react import prompts as pr
@@ -175,8 +176,8 @@ def test_json_and_plots(tmp_path):
   ev.save_json({"compile": runs, "win": wr}, tmp_path / "out" / "eval.json")
   back = json.loads((tmp_path / "out" / "eval.json").read_text())
   assert back["win"]["vs GRPO"]["win_rate"] == 0.625 and back["compile"]["GRPO"][2] == [20, 0.3]
-  ev.plot_compile_rate(runs, tmp_path / "fig1.png")
-  ev.plot_win_rates(wr, tmp_path / "fig2.png")
+  plotting.plot_compile_rate(runs, tmp_path / "fig1.png")
+  plotting.plot_win_rates(wr, tmp_path / "fig2.png")
   for name in ("fig1.png", "fig2.png"):
     with Image.open(tmp_path / name) as img:
       assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 300
