@@ -189,6 +189,10 @@ class Recipe:
     reco_max_weight: ReCo w_max (the public reproduction's 5; the paper's is unknown).
     pure_temperature: PURE softmin temperature T (authors' code: 0.1).
     pure_outcome_coef: PURE verifiable-reward coefficient (authors' code: 1.0).
+    bot_weighting: the token weights of the bag-of-token statistics (`advantages.bot_grpo`'s
+      `weighting`, one of `advantages.BOT_WEIGHTINGS`): "inverse_length" (the paper's 1/L_k,
+      eq. 2), "token" (uniform per token) or "row" (between-row statistics of the rows' mean
+      token rewards). Read by "bot_grpo" and "bot_pure".
   """
   name: str
   granularity: Granularity | None = None
@@ -218,6 +222,7 @@ class Recipe:
   reco_max_weight: float = 5.0
   pure_temperature: float = 0.1
   pure_outcome_coef: float = 1.0
+  bot_weighting: str = "inverse_length"
 
   def __post_init__(self):
     name = self.name
@@ -248,6 +253,9 @@ class Recipe:
       if not getattr(self, field) >= 0:
         raise ValueError(f"recipe {name!r}: {field} must be >= 0, got "
                          f"{getattr(self, field)!r}")
+    if self.bot_weighting not in adv.BOT_WEIGHTINGS:
+      raise ValueError(f"recipe {name!r}: bot_weighting must be one of "
+                       f"{', '.join(adv.BOT_WEIGHTINGS)}, got {self.bot_weighting!r}")
     if not isinstance(self.grpo_ddof, int) or self.grpo_ddof not in (0, 1):
       raise ValueError(f"recipe {name!r}: grpo_ddof must be 0 (population std) or 1 (Bessel), "
                        f"got {self.grpo_ddof!r}")
@@ -384,6 +392,14 @@ RECIPES: dict[str, Recipe] = {
     # 0.5·(mean verdict) with MathReward, then GRPO.
     "grpo_stepmean": Recipe(name="grpo_stepmean", granularity=Granularity.STEP,
                             advantage="grpo_stepmean"),
+    # Controls of BoT-GRPO's 1/L_k weighting (botjax's, beyond the paper, whose Limitations say
+    # it cannot separate the weighting from the token pooling): "bot_grpo" with uniform token
+    # weights (a row weighs its length) and with between-row statistics of the rows' mean token
+    # rewards (no token pooling); everything else as "bot_grpo" (`advantages.bot_grpo`).
+    "bot_grpo_token": Recipe(name="bot_grpo_token", granularity=Granularity.TOKEN,
+                             advantage="bot_grpo", bot_weighting="token"),
+    "bot_grpo_row": Recipe(name="bot_grpo_row", granularity=Granularity.TOKEN,
+                           advantage="bot_grpo", bot_weighting="row"),
 }
 
 # Recipe overrides of the BoT-GRPO paper's experiments (arXiv 2610.09804): eq. 1's population
@@ -604,7 +620,7 @@ def _adv_bot_grpo(recipe: Recipe, b: Batch) -> Array:
   token_rewards = adv.bot_token_rewards(b.shaped, b.local_rewards, b.mask,
                                         w_global=recipe.w_global, w_local=recipe.w_local)
   return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
-                      eps=recipe.adv_eps)
+                      eps=recipe.adv_eps, weighting=recipe.bot_weighting)
 
 
 def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
@@ -614,7 +630,7 @@ def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
   token_rewards = adv.bot_token_rewards(b.shaped, credit, b.mask, w_global=recipe.w_global,
                                         w_local=recipe.w_local)
   return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
-                      eps=recipe.adv_eps)
+                      eps=recipe.adv_eps, weighting=recipe.bot_weighting)
 
 
 def _adv_process_grpo(recipe: Recipe, b: Batch) -> Array:

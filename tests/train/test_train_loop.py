@@ -68,7 +68,7 @@ def params_of(trainer):
 # proven against NumPy loops in tests/test_algorithms.py and tests/test_advantages.py) run with
 # -m slow; the default suite keeps one recipe of each trainer path.
 _SAME_PATH_AS_ANOTHER = {"dr_grpo", "rloo", "bot_gspo", "bot_dapo", "bot_pure", "process_grpo",
-                         "grpo_stepmean"}
+                         "grpo_stepmean", "bot_grpo_token", "bot_grpo_row"}
 
 
 @pytest.mark.parametrize("recipe", [
