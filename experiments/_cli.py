@@ -65,6 +65,38 @@ def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bo
                     "Hub.)") from None
 
 
+def define_judge_flags(judges, prompt_keys) -> None:
+  """--<judge>_api for each judge flag in `judges` (e.g. "judge" gives --judge_api), and
+  --judge_prompt=KEY=FILE with the keys of `prompt_keys` (KEY -> what that prompt is)."""
+  for name in judges:
+    flags.DEFINE_enum(f"{name}_api", "openai", ["openai", "anthropic"],
+                      f"API of --{name}: openai (chat completions: vLLM, SGLang, OpenAI; key from "
+                      "$OPENAI_API_KEY, else none) or anthropic (the Messages API: --" + name +
+                      "=https://api.anthropic.com, key from $ANTHROPIC_API_KEY).")
+  keys = "; ".join(f"{k}: {v}" for k, v in prompt_keys.items())
+  flags.DEFINE_multi_string("judge_prompt", [], "KEY=FILE: a judge prompt read from FILE "
+                            "instead of the built-in one (repeat for several). KEY is one of: "
+                            f"{keys}.")
+
+
+def judge_prompts(values, prompt_keys) -> dict:
+  """{KEY: pathlib.Path} of --judge_prompt=KEY=FILE flags; UserError for an unknown KEY, a
+  repeated one or a missing FILE (the judges check the placeholders when they are built)."""
+  import pathlib
+  out = {}
+  for value in values:
+    key, sep, path = value.partition("=")
+    if not sep or key not in prompt_keys:
+      raise UserError(f"--judge_prompt={value!r}: expected KEY=FILE with KEY one of "
+                      f"{sorted(prompt_keys)}")
+    if key in out:
+      raise UserError(f"--judge_prompt: {key} given twice")
+    if not os.path.isfile(os.path.expanduser(path)):
+      raise UserError(f"--judge_prompt={value}: no such file {path!r}")
+    out[key] = pathlib.Path(os.path.expanduser(path))
+  return out
+
+
 def define_memory_flags() -> None:
   flags.DEFINE_bool("remat", None, "Recompute each decoder block in the backward pass (less "
                     "memory, ~1/3 more compute); default: the experiment's choice for --model.")
@@ -117,8 +149,8 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
 
 def refuse_rerun(workdir: str, resume: bool) -> None:
   """With --resume=false, refuses a workdir that already holds a run."""
-  ran = any(os.path.exists(os.path.join(workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
-  if ran and not resume:
+  from botjax.train.rundir import RunDir
+  if RunDir(workdir).has_run() and not resume:
     raise UserError(f"--resume=false but {workdir} already holds a run (checkpoints/ or "
                     "metrics.jsonl); delete them or choose another --workdir")
 
@@ -126,20 +158,22 @@ def refuse_rerun(workdir: str, resume: bool) -> None:
 def save_seconds(workdir: str, seconds: float, cfg) -> None:
   """Marks a finished run: its wall time and the config it ran (read by `finished_seconds`)."""
   from botjax.train import config as config_lib
-  with open(os.path.join(workdir, "seconds.json"), "w") as f:
+  from botjax.train.rundir import RunDir
+  with open(RunDir(workdir).file("seconds.json"), "w") as f:
     json.dump({"seconds": seconds, "config": config_lib.to_dict(cfg)}, f)
 
 
 def finished_seconds(workdir: str, cfg) -> float | None:
   """Seconds of an earlier complete run of exactly this config in `workdir`, else None."""
   from botjax.train import config as config_lib
-  from botjax.train.writer import read_jsonl
-  path = os.path.join(workdir, "seconds.json")
+  from botjax.train.rundir import RunDir
+  run = RunDir(workdir)
+  path = run.file("seconds.json")
   if not os.path.exists(path):
     return None
   with open(path) as f:
     saved = json.load(f)
-  recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  recs = run.read_metrics()
   complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
   same = not config_lib.config_diff(saved.get("config", {}),
                                     json.loads(json.dumps(config_lib.to_dict(cfg))),

@@ -12,8 +12,9 @@ r"""React code generation with BoT-GRPO: the paper's first experiment.
 Defaults follow the paper (BoT-GRPO, arXiv 2610.09804, §4): BoT-GRPO, 8 prompts x 8 rollouts per
 step, global reward = compile / render failure + ESLint score + LLM code judge (+ the VLM
 screenshot judge with --vlm_judge), line-level local penalties (compiler, ESLint, judge lines)
-spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id
-(--prompts for your own). A blank page is not a render failure (--blank_is_failure makes it one).
+spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 within
+each category (`botjax.rewards.react.split_prompts`; --prompts for your own). A blank page is
+not a render failure (--blank_is_failure makes it one).
 Step-level recipes (--algo=pure, verigate, process_grpo) read the same penalties per
 blank-line-separated block of the completion (`botjax.rewards.react.penalties.step_spans_of`).
 Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
@@ -46,7 +47,6 @@ another copy of the Node toolchain directory.
 import dataclasses
 import json
 import os
-import socket
 import sys
 import time
 import urllib.parse
@@ -66,10 +66,12 @@ flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the pre
                     "the HF cache or downloaded into it; --offline: cache only).")
 flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
                     "dataset name `datasets` opens offline (default: the built-in set).")
-flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
-flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the LLM code judge (default: none).")
+flags.DEFINE_float("test_fraction", 0.2, "Held-out share of each prompt category (a seeded split: "
+                   "botjax.rewards.react.split_prompts).")
+flags.DEFINE_string("judge", "", "Base URL of the LLM code judge (--judge_api; default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
-flags.DEFINE_string("vlm_judge", "", "OpenAI-compatible base URL of the VLM screenshot judge (default: none).")
+flags.DEFINE_string("vlm_judge", "", "Base URL of the VLM screenshot judge (--vlm_judge_api; "
+                    "default: none).")
 flags.DEFINE_string("vlm_judge_model", "vlm", "Model name sent to --vlm_judge.")
 flags.DEFINE_enum("vlm_mode", "screenshot", ["screenshot", "one_turn", "two_turn"],
                   "VLM judge protocol; one_turn/two_turn add line attributions (see --vlm_line_weight).")
@@ -105,6 +107,20 @@ _cli.define_distributed_flags()
 _cli.define_memory_flags()
 _cli.define_offline_flag()
 _cli.define_verbose_flag()
+# --judge_prompt=KEY=FILE: KEY -> (the judge flag, the judge's argument, what the prompt is)
+JUDGE_PROMPTS = {
+    "code": ("judge", "prompt", "the code judge's template ({prompt}, {code})"),
+    "code_system": ("judge", "system_prompt", "its system prompt"),
+    "vlm": ("vlm_judge", "prompt", "the VLM judge's template ({prompt})"),
+    "vlm_one_turn": ("vlm_judge", "one_turn_prompt", "--vlm_mode=one_turn's ({prompt}, {code})"),
+    "vlm_second_turn": ("vlm_judge", "second_turn_prompt", "two_turn's second ({code}; optional "
+                        "{prompt}, {score}, {justification})"),
+    "vlm_system": ("vlm_judge", "system_prompt", "the VLM judge's system prompt"),
+    "pairwise": ("pairwise_judge", "prompt", "the pairwise judge's template ({prompt})"),
+    "pairwise_system": ("pairwise_judge", "system_prompt", "its system prompt"),
+}
+_cli.define_judge_flags(["judge", "vlm_judge", "pairwise_judge"],
+                        {k: v[2] for k, v in JUDGE_PROMPTS.items()})
 
 
 def train_config(tiny):
@@ -138,17 +154,38 @@ def train_config(tiny):
   return config_lib.apply_overrides(_cli.memory_settings(cfg, FLAGS), FLAGS.set)
 
 
-def check_reachable(url: str, what: str) -> None:
-  """Fails fast when nothing listens at `url` (a TCP connect, no request sent)."""
-  parts = urllib.parse.urlparse(url)
-  if parts.scheme not in ("http", "https") or not parts.hostname:
-    raise UserError(f"--{what}={url!r} is not an http(s) URL such as http://127.0.0.1:8000/v1")
-  port = parts.port or (443 if parts.scheme == "https" else 80)
+def make_judge(what: str):
+  """The judge of --<what> ("judge": CodeJudge, "vlm_judge": VLMJudge, "pairwise_judge":
+  PairwiseJudge) with its --<what>_api, --<what>_model and --judge_prompt files; a bad URL, a
+  missing key or a bad prompt is a UserError."""
+  from botjax.rewards import react
+  prompts = _cli.judge_prompts(FLAGS.judge_prompt, {k: v[2] for k, v in JUDGE_PROMPTS.items()})
+  kwargs = {arg: prompts[key] for key, (judge, arg, _) in JUDGE_PROMPTS.items()
+            if judge == what and key in prompts}
+  if what == "vlm_judge":
+    kwargs["mode"] = FLAGS.vlm_mode
+  cls = {"judge": react.CodeJudge, "vlm_judge": react.VLMJudge,
+         "pairwise_judge": react.PairwiseJudge}[what]
+  config = react.JudgeConfig(api=FLAGS[f"{what}_api"].value, model=FLAGS[f"{what}_model"].value,
+                             base_url=FLAGS[what].value)
   try:
-    socket.create_connection((parts.hostname, port), timeout=5).close()
-  except OSError as e:
-    raise UserError(f"--{what}={url} is unreachable ({e}); start an OpenAI-compatible server "
-                    "(e.g. `vllm serve MODEL --port 8000`) or drop the flag") from None
+    return cls(config, **kwargs)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(f"--{what}={FLAGS[what].value}: {e}") from None
+
+
+def check_reachable(what: str) -> None:
+  """Fails fast unless the --<what> judge answers one short request through its API."""
+  from botjax.rewards import llm
+  judge = make_judge(what)
+  try:
+    judge.client.check_reachable()
+  except llm.Unreachable as e:
+    raise UserError(f"--{what}={FLAGS[what].value} is unreachable: {e}\n(start the server, e.g. "
+                    f"`vllm serve MODEL --port 8000`, check --{what}_api and --{what}_model, or "
+                    "drop the flag)") from None
+  finally:
+    judge.close()
 
 
 def _endpoint(url: str) -> tuple[str, str, int, str]:
@@ -198,7 +235,7 @@ def check_prerequisites(*, judges: bool = True) -> None:
                     "botjax/rewards/react/node, Debian's chromium).") from None
   for what in ("judge", "vlm_judge") if judges else ():
     if FLAGS[what].value:
-      check_reachable(FLAGS[what].value, what)
+      check_reachable(what)
 
 
 class RequestPrompts:
@@ -221,10 +258,9 @@ def make_reward(*, judges: bool = True):
   from botjax.rewards import react
   code_judge = vlm_judge = None
   if judges and FLAGS.judge:   # run() and compare() checked that the URLs are reachable
-    code_judge = react.CodeJudge(react.JudgeConfig(model=FLAGS.judge_model, base_url=FLAGS.judge))
+    code_judge = make_judge("judge")
   if judges and FLAGS.vlm_judge:
-    vlm_judge = react.VLMJudge(react.JudgeConfig(model=FLAGS.vlm_judge_model,
-                                                 base_url=FLAGS.vlm_judge), mode=FLAGS.vlm_mode)
+    vlm_judge = make_judge("vlm_judge")
   cfg = _user(lambda: react.ReactRewardConfig(vlm_line_weight=FLAGS.vlm_line_weight,
                                               typecheck=FLAGS.typecheck,
                                               blank_is_failure=FLAGS.blank_is_failure))
@@ -267,18 +303,20 @@ def rollouts(sampler, tokenizer, records, key, n, params=None):
   return list(out.completions)
 
 
-def make_eval_fn(reward, records, path):
+def make_eval_fn(reward, records, workdir):
   """`(trainer, step) -> metrics`: compile rate (transpiles and renders, a blank page included, as
   in the paper) and visible rate (renders something visible) of eval_n rollouts per held-out
-  prompt."""
+  prompt; each evaluation is added to the run's eval.json and drawn in compile_rate.png."""
   import jax
+  from botjax import plotting
   from botjax.rewards import react
-  history = json.load(open(path))["history"] if os.path.exists(path) else []
+  from botjax.train.rundir import RunDir
+  run = RunDir(workdir)
 
   def fn(trainer, step):
     t0 = time.perf_counter()
-    texts = rollouts(trainer.sampler, trainer.tokenizer, records, jax.random.PRNGKey(4321),
-                     FLAGS.eval_n, params=trainer.full_state())
+    texts = rollouts(trainer.engine, trainer.tokenizer, records, jax.random.PRNGKey(4321),
+                     FLAGS.eval_n)
     requests = [r["prompt"] for r in records for _ in range(FLAGS.eval_n)]
     res = react.evaluate_compile_rate(reward, requests, texts)
     reasons = {}
@@ -289,12 +327,12 @@ def make_eval_fn(reward, records, path):
     blank = sum(1 for item in res["items"] if item["ok"] and not item["visible"])
     out = {"compile_rate": res["compile_rate"], "visible_rate": res["visible_rate"], "n": res["n"],
            "failures": reasons, "blank": blank, "seconds": time.perf_counter() - t0}
-    history.append({"step": step, **out})
-    react.save_json({"latest": history[-1], "history": history}, path)
+    run.append_eval(step, out)
+    history = run.read_eval()
     curves = {FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]}
     if all("visible_rate" in h for h in history):
       curves[f"{FLAGS.algo} (visible)"] = [(h["step"], h["visible_rate"]) for h in history]
-    react.plot_compile_rate(curves, os.path.join(os.path.dirname(path), "compile_rate.png"))
+    plotting.plot_compile_rate(curves, run.file("compile_rate.png"))
     print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} (visible "
           f"{out['visible_rate']:.3f}, {blank} blank) of {out['n']} rollouts; failures {reasons}",
           flush=True)
@@ -305,15 +343,17 @@ def make_eval_fn(reward, records, path):
 def export(trainer, tokenizer, workdir):
   """Saves the policy as a Hugging Face checkpoint in <workdir>/hf_final (for --compare)."""
   from botjax import models
-  out = os.path.join(workdir, "hf_final")
+  from botjax.train.rundir import RunDir
+  out = RunDir(workdir).hf_final
   models.save_pretrained(trainer.model(), out)
   tokenizer.save_pretrained(out)
   print(f"[react] policy saved to {out}", flush=True)
 
 
 def resolve_side(path):
-  if os.path.exists(os.path.join(path, "hf_final", "config.json")):
-    return os.path.join(path, "hf_final")
+  from botjax.train.rundir import RunDir
+  if os.path.exists(os.path.join(RunDir(path).hf_final, "config.json")):
+    return RunDir(path).hf_final
   if os.path.exists(os.path.join(path, "config.json")) and any(
       f.endswith(".safetensors") for f in os.listdir(path)):
     return path
@@ -346,34 +386,23 @@ def training_judges(paths):
 
 def run_checkpoints(path):
   """(starting HF checkpoint dir, sorted saved steps) of a training workdir, for the curve."""
-  saved = os.path.join(path, "config.json")
-  root = os.path.join(path, "checkpoints")
-  if not os.path.exists(saved) or not os.path.isdir(root):
+  from botjax.train.rundir import RunDir, RunDirError
+  run = RunDir(path)
+  if not os.path.exists(run.config_path) or not run.checkpoint_steps():
     raise UserError(f"--compare_checkpoints needs a training workdir (config.json and "
                     f"checkpoints/) as the first --compare side, got {path!r}")
-  with open(saved) as f:
-    base = json.load(f).get("checkpoint")
-  if not base or not os.path.exists(os.path.join(base, "config.json")):
-    raise UserError(f"the starting checkpoint of {path} ({base!r}, from its config.json) is gone; "
-                    "--compare_checkpoints restores the run's parameters into it")
-  steps = sorted(int(d) for d in os.listdir(root)
-                 if d.isdigit() and os.path.isdir(os.path.join(root, d, "state")))
-  return base, steps
+  try:
+    base = run.base_checkpoint()
+  except RunDirError as e:
+    raise UserError(f"{e}; --compare_checkpoints restores the run's parameters into it") from None
+  return base, run.checkpoint_steps()
 
 
 def restore_params(path, step, params):
-  """The policy parameters of `<path>/checkpoints/<step>` (an Orbax TrainState), read alone (no
-  optimizer state) onto the structure, dtypes and shardings of `params` (an nnx.State)."""
-  import jax
-  import orbax.checkpoint as ocp
-  target = {"params": jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)}
-  args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=x.sharding), target)
-  with ocp.PyTreeCheckpointer() as ckptr:
-    out = ckptr.restore(os.path.join(path, "checkpoints", str(step), "state"),
-                        args=ocp.args.PyTreeRestore(item=target, restore_args=args,
-                                                    partial_restore=True))
-  return out["params"]
+  """The policy parameters of the run in `path` at `step`, read alone (no optimizer state) onto
+  the structure and shardings of `params` (an nnx.State)."""
+  from botjax.train.rundir import load_params
+  return load_params(path, step, like=params)
 
 
 def screenshots(reward, checkpoint, test, params_list=((None, None),)):
@@ -407,11 +436,12 @@ def screenshots(reward, checkpoint, test, params_list=((None, None),)):
 def compare():
   """ABBA pairwise VLM win rate of --compare A over B on the held-out prompts; with
   --compare_checkpoints, of each saved checkpoint of run A over B (a curve against step)."""
+  from botjax import plotting
   from botjax.rewards import react
   if len(FLAGS.compare) != 2:
     raise UserError(f"--compare needs two comma-separated paths A,B, got {FLAGS.compare}")
   check_pairwise_judge(training_judges(FLAGS.compare))
-  check_reachable(FLAGS.pairwise_judge, "pairwise_judge")
+  check_reachable("pairwise_judge")
   check_prerequisites(judges=False)
   if FLAGS.compare_checkpoints:
     base, steps = run_checkpoints(FLAGS.compare[0])
@@ -422,8 +452,7 @@ def compare():
   _, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
   test = test[:FLAGS.eval_limit] if FLAGS.eval_limit else test
   requests = [p.prompt for p in test]
-  judge = react.PairwiseJudge(react.JudgeConfig(model=FLAGS.pairwise_judge_model,
-                                                base_url=FLAGS.pairwise_judge))
+  judge = make_judge("pairwise_judge")
   out_dir = FLAGS.workdir
   os.makedirs(out_dir, exist_ok=True)
   reward = make_reward(judges=False)
@@ -454,7 +483,7 @@ def compare():
   react.save_json(result, os.path.join(out_dir, "compare.json"))
   label = f"{os.path.basename(os.path.normpath(FLAGS.compare[0]))} vs " \
           f"{os.path.basename(os.path.normpath(FLAGS.compare[1]))}"
-  react.plot_win_rates({label: result}, os.path.join(out_dir, "compare.png"))
+  plotting.plot_win_rates({label: result}, os.path.join(out_dir, "compare.png"))
   print(f"[react] win rate of A over B: {result['win_rate']:.3f} (ties {result['tie_rate']:.3f}, "
         f"{result['wins']}-{result['losses']}-{result['ties']} of {result['n']}); wrote "
         f"{os.path.join(out_dir, 'compare.json')}", flush=True)
@@ -478,7 +507,7 @@ def run_recipe(cfg):
   """The recipe the trainer runs: --algo adapted to the React reward's spec (eq. 6 already weighs
   the global and line terms, so BoT-GRPO reads them with w_global = w_local = 1)."""
   from botjax.rewards.react import ReactReward
-  from botjax.train.loop import recipe_for_run
+  from botjax.train.config import recipe_for_run
   return recipe_for_run(cfg, ReactReward.spec)
 
 
@@ -486,11 +515,13 @@ def make_trainer(cfg, *, model, tokenizer, train, reward, mesh=None, eval_fn=Non
                  run_config=None):
   """The RLTrainer of a run: the React reward given the user's requests, chat-templated prompts."""
   from botjax.rewards import react
-  from botjax.train.loop import ListPrompts, RLTrainer
+  from botjax.train.loop import RLTrainer
+  from botjax.train.rollouts import ListPrompts
   return RLTrainer(cfg, model=model, tokenizer=tokenizer, prompts=ListPrompts(train, seed=cfg.seed),
                    reward_fn=RequestPrompts(reward),
                    prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
-                   eval_fn=eval_fn, run_config=run_config)
+                   eval_fn=eval_fn, run_config=run_config,
+                   checkpoint=(run_config or {}).get("checkpoint"))
 
 
 def run():
@@ -504,8 +535,9 @@ def run():
   cfg = _user(lambda: train_config(tiny))
   if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
     print("[react] flags: " + json.dumps({f: FLAGS[f].value for f in (
-        "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
-        "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
+        "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_api", "judge_model",
+        "vlm_judge", "vlm_judge_api", "vlm_judge_model", "vlm_mode", "vlm_line_weight",
+        "typecheck")}, sort_keys=True))
     print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True),
           flush=True)
   recipe = _user(lambda: run_recipe(cfg))
@@ -533,17 +565,17 @@ def run():
                 "reward": {f: FLAGS[f].value for f in ("judge_model", "vlm_judge_model", "vlm_mode",
                                                         "vlm_line_weight", "typecheck",
                                                         "blank_is_failure")}}
-  saved = os.path.join(cfg.workdir, "config.json")
-  if FLAGS.eval_only and os.path.exists(saved):   # the judges do not take part in evaluation
-    with open(saved) as f:
-      run_config["reward"] = json.load(f).get("reward", run_config["reward"])
+  from botjax.train.rundir import RunDir
+  saved = RunDir(cfg.workdir)
+  if FLAGS.eval_only and os.path.exists(saved.config_path):   # judges take no part in evaluation
+    run_config["reward"] = saved.read_config().get("reward", run_config["reward"])
   trainer = None
   try:
     trainer = _user(lambda: make_trainer(
         cfg, model=models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers)),
         tokenizer=tok, train=train,
         reward=reward, mesh=mesh,
-        eval_fn=make_eval_fn(eval_reward, held_out, os.path.join(cfg.workdir, "eval.json")),
+        eval_fn=make_eval_fn(eval_reward, held_out, cfg.workdir),
         run_config=run_config))
     if not FLAGS.eval_only:
       save_judges(cfg.workdir)

@@ -21,7 +21,8 @@ from botjax.rewards.react import ReactReward, ReactRewardConfig, chat_messages
 from botjax.sampling.text import decode_with_offsets
 from botjax.train import config as C
 from botjax.train import rollouts as R
-from botjax.train.loop import ListPrompts, RLTrainer
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
@@ -201,8 +202,9 @@ def test_a_weighted_reward_refuses_recipe_weights_that_would_apply_twice(env, tm
 
 
 def test_spec_declares_what_the_trainer_reads():
-  from botjax.rewards import (CombinedReward, ExactArithmeticJudge, MathReward, Signal, batched,
-                              combine, reward_spec)
+  from botjax.rewards import (CombinedReward, MathReward, Signal, batched, combine,
+                              reward_spec)
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   plain = lambda prompts, completions, metadata: [RewardResult(1.0) for _ in completions]  # noqa
   assert reward_spec(plain) == RewardSpec() and RewardSpec().signals == {Signal.SEQUENCE}
   assert MathReward(None).spec == RewardSpec({"sequence"}, verifier="answer", weighted=True)
