@@ -65,12 +65,12 @@ def recipe_flags(algo: str) -> list[str]:
 
 def nondefault_settings(env: dict) -> str:
   """The settings of `xla_cpu.numerics_environment()` that differ from a plain user's shell
-  (XLA_FLAGS set, the tuning switch not 'auto', more than one CPU device), or ""."""
+  (XLA_FLAGS set, the tuning switch not 'auto', more than one device), or ""."""
   out = [f"XLA_FLAGS={env['XLA_FLAGS']!r}"] if env["XLA_FLAGS"] else []
   if env[xla_cpu.ENV_VAR] != "auto":
     out.append(f"{xla_cpu.ENV_VAR}={env[xla_cpu.ENV_VAR]}")
-  if env["backend"] == "cpu" and env["devices"] != 1:
-    out.append(f"{env['devices']} CPU devices")
+  if env["devices"] != 1:
+    out.append(f"{env['devices']} devices")
   return ", ".join(out)
 
 

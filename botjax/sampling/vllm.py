@@ -66,7 +66,7 @@ from botjax.models import families
 from botjax.models.logprobs import token_logprobs
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
+from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput
 
 log = logging.getLogger(__name__)
 
