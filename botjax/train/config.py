@@ -214,7 +214,21 @@ def _parse_recipe_value(name: str, text: str):
   return _parse_value(text, hints[name], f"recipe.{name}")
 
 
-def recipe_for_run(cfg: TrainConfig, spec):
+# The truncated importance-sampling cap C (`Recipe.tis_cap`) a run gets when its rollout engine's
+# log-probs are not the trainer's own (vLLM) and its recipe sets none: token-level truncation at
+# C = 2, as verl's rollout correction (`algorithm.rollout_correction.rollout_is: token`,
+# `rollout_is_threshold: 2.0`, docs/algo/rollout_corr.md) and TRL's GRPOConfig when it added the
+# correction (`vllm_importance_sampling_correction=True`, `vllm_importance_sampling_cap=2.0`;
+# later TRL releases default to a sequence-level mask at C = 3), both after Yao et al., "Your
+# Efficient RL Framework Secretly Brings You Off-Policy RL Training" (2025),
+# https://fengyao.notion.site/off-policy-rl.
+ENGINE_TIS_CAP = 2.0
+
+# Built-in engines whose `exact_logp` is False (their log-probs come from other kernels).
+INEXACT_ENGINES = frozenset({"vllm"})
+
+
+def recipe_for_run(cfg: TrainConfig, spec, *, exact_logp: bool | None = None):
   """The run's recipe: `cfg.recipe` adapted to the reward's spec, then `cfg.recipe_overrides`.
 
   A recipe name is looked up with `algorithms.get_recipe`; DAPO's overlong lengths and Dr.
@@ -223,9 +237,16 @@ def recipe_for_run(cfg: TrainConfig, spec):
   max_new_tokens=N)` for lengths that follow the budget). Then `algorithms.recipe_for_reward`
   (a weighted reward is read with w_global = w_local = 1) and the overrides.
 
+  With a rollout engine whose log-probs are not the trainer's (`exact_logp` False: vLLM), a
+  recipe without a `tis_cap` gets `ENGINE_TIS_CAP` (the truncated importance-sampling
+  correction, `losses.tis_weights`); an explicit `recipe.tis_cap` override wins, `None` included
+  (`--set recipe.tis_cap=none` trains without the correction). botjax's own engines leave it off.
+
   Args:
     cfg: the TrainConfig.
     spec: the reward's `botjax.rewards.RewardSpec` (or the reward function).
+    exact_logp: the rollout engine's `exact_logp`; None: from the name `cfg.rollout.engine`
+      (False for the names in `INEXACT_ENGINES`).
 
   Raises:
     ValueError: unknown recipe or field; the reward lacks a signal the recipe reads; or an
@@ -247,6 +268,10 @@ def recipe_for_run(cfg: TrainConfig, spec):
     raise ValueError(f"TrainConfig.recipe must be a recipe name or an algorithms.Recipe, got "
                      f"{cfg.recipe!r}")
   recipe = algorithms.recipe_for_reward(base, spec)
+  if exact_logp is None:
+    exact_logp = cfg.rollout.engine not in INEXACT_ENGINES
+  if not exact_logp and "tis_cap" not in overrides and recipe.tis_cap is None:
+    recipe = dataclasses.replace(recipe, tis_cap=ENGINE_TIS_CAP)
   recipe = dataclasses.replace(recipe, **overrides)
   algorithms.check_reward_inputs(recipe, spec)
   return recipe

@@ -14,7 +14,8 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward
+from botjax.rewards import MathReward
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.sampling import ENGINES, SamplingConfig, make_engine, register_engine
 from botjax.train import config as C
 from botjax.train.loop import RLTrainer
