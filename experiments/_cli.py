@@ -33,14 +33,16 @@ def define_distributed_flags() -> None:
 
 
 def start_distributed(FLAGS) -> None:
-  """`botjax.models.sharding.initialize_distributed` from the flags of `define_distributed_flags`."""
-  from botjax.models.sharding import initialize_distributed
+  """`botjax.distributed.initialize` from the flags of `define_distributed_flags` (with
+  --distributed only)."""
+  if not FLAGS.distributed:
+    return
+  from botjax import distributed
   try:
-    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
-                           num_processes=FLAGS.num_processes or None,
-                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+    distributed.initialize(FLAGS.coordinator or None, FLAGS.num_processes or None,
+                           None if FLAGS.process_id < 0 else FLAGS.process_id)
   except (RuntimeError, ValueError) as e:
-    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+    raise UserError(f"--distributed: {e}") from None
 
 
 def define_offline_flag() -> None:
