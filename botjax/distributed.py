@@ -468,23 +468,30 @@ def local_rows(sharding: jax.sharding.Sharding, shape: Sequence[int]) -> slice:
   return slice(start, stop)
 
 
-def to_global(local: Any, sharding: jax.sharding.Sharding | Any,
+def to_global(local: Any, where: jax.sharding.Mesh | jax.sharding.Sharding | Any,
               global_shape: Sequence[int] | None = None) -> Any:
   """Process-local numpy rows -> global arrays (a pytree, or one array).
 
   Each process passes the rows it holds (`local_rows`) of every leaf, `[B_local, ...]`; the
-  result is a global `[B, ...]` array (B = B_local x processes that hold distinct rows) sharded
-  by `sharding` (one for all leaves, or a pytree of them). With a single process this is a
-  plain `device_put`.
+  result is a global `[B, ...]` array (B = B_local x the processes holding distinct rows).
+
+  Args:
+    local: a pytree of arrays with this process's rows.
+    where: a mesh (each leaf's rows then go over `data` x `fsdp`, the batch sharding, whatever
+      its rank), one sharding for all leaves, or a pytree of shardings.
+    global_shape: the global shape, when JAX cannot infer it from the local rows.
   """
   def one(x, s):
     x = np.asarray(x)
+    if isinstance(s, jax.sharding.Mesh):
+      from botjax.models.sharding import batch_sharding
+      s = batch_sharding(s, max(x.ndim, 1))
     shape = tuple(global_shape) if global_shape is not None else None
     return jax.make_array_from_process_local_data(s, x, shape)
 
-  if isinstance(sharding, jax.sharding.Sharding):
-    return jax.tree.map(lambda x: one(x, sharding), local)
-  return jax.tree.map(one, local, sharding)
+  if isinstance(where, (jax.sharding.Mesh, jax.sharding.Sharding)):
+    return jax.tree.map(lambda x: one(x, where), local)
+  return jax.tree.map(one, local, where)
 
 
 def to_local(x: jax.Array) -> np.ndarray:

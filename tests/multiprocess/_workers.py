@@ -13,6 +13,7 @@ import sys
 import time
 
 HEARTBEAT_S = int(os.environ.get("BOTJAX_TEST_HEARTBEAT_S", "20"))
+WATCHDOG = os.environ.get("BOTJAX_TEST_WATCHDOG", "1") == "1"    # _measure.py turns it off
 
 # The sharded pytree of the checkpoint tests: (shape, partition spec over data/fsdp/tensor).
 PARAMS = {
@@ -31,7 +32,8 @@ def join():
                            int(os.environ["CLUSTER_NUM_PROCESSES"]),
                            int(os.environ["CLUSTER_PROCESS_ID"]),
                            settings=distributed.Settings(heartbeat_timeout_s=HEARTBEAT_S,
-                                                         init_timeout_s=60))
+                                                         init_timeout_s=60,
+                                                         watchdog=WATCHDOG))
   return distributed
 
 

@@ -56,7 +56,7 @@ def test_a_two_process_save_restores_resharded_on_other_layouts(tmp_path):
   assert one["restored"]["['opt'][0].nu['w']"]["shard_shapes"] == [[32, 6]]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_save_killed_half_way_is_not_the_step_resumed(tmp_path):
   ckpt = str(tmp_path / "ckpt")
   with Cluster(script=WORKERS, args=["save_killed_midway", ckpt], timeout=180) as c:

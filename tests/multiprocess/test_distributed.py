@@ -152,7 +152,7 @@ def _lose(kill: int | None = None, raiser: int | None = None):
   return results, [r.seconds - t for r in results]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_losing_a_process_mid_collective_stops_the_others_naming_it():
   results, after = _lose(kill=1)
   survivor = results[0]
@@ -162,7 +162,7 @@ def test_losing_a_process_mid_collective_stops_the_others_naming_it():
   assert after[0] < LOST_BOUND_S, (after, describe(results))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_losing_process_zero_stops_the_others_at_once():
   """Process 0 holds the coordination service: with it gone, JAX ends the others itself
   (SIGABRT) with a message that names the leader task; botjax has no chance to print first."""
@@ -173,7 +173,7 @@ def test_losing_process_zero_stops_the_others_at_once():
   assert after[1] < LOST_BOUND_S, (after, describe(results))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_process_that_fails_stops_the_others_naming_it():
   results, _ = _lose(raiser=1)
   assert "RuntimeError: a reward function failed on this host" in results[1].stderr
