@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from _cluster import Cluster, ROOT, check, cluster_env, describe, free_port, run_cluster
+from _cluster import Cluster, ROOT, cluster_env, describe, free_port, run_cluster
 from _workers import HEARTBEAT_S, result
 
 pytestmark = pytest.mark.xdist_group("multiprocess")
