@@ -15,9 +15,9 @@ arguments. A process joins with `botjax.distributed.initialize(...)` (or
 `jax.distributed.initialize(...)`) from those values.
 
 Every process runs in its own process group (its children too), with its output going to files
-(no pipe can fill up and block it). The helper always ends them: on `wait`'s deadline, on `stop`,
-when the `with` block ends (normally, on a failed assertion or on Ctrl-C), at interpreter exit,
-and, through the kernel's parent-death signal, when the test process itself is killed.
+(no pipe can fill up and block it). The helper always ends every group: on `wait`'s deadline, on
+`stop`, when the `with` block ends (normally, on a failed assertion or on Ctrl-C), at interpreter
+exit, and, through the kernel's parent-death signal, when the test process itself is killed.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,15 +39,24 @@ from _util import ROOT, one_device_xla_flags
 
 TESTS = os.path.join(ROOT, "tests")
 
-# Sets the parent-death signal (SIGKILL) of the new process, checks that the parent that started
-# it is still there, then becomes the real command: prctl's setting survives execv, so the command
-# is killed by the kernel when the process that started it dies, however it dies.
-_TRAMPOLINE = r"""
-import ctypes, os, signal, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+# Each cluster process is started through this supervisor, the leader of the process's own
+# group: it asks the kernel for SIGTERM when the process that started it (the test) dies
+# (prctl PR_SET_PDEATHSIG), runs the command as its child in the same group, and mirrors how
+# that child ends (exit code, or the same signal). On SIGTERM it kills its whole group: the
+# command and every process the command started, however the test process died.
+_SUPERVISOR = r"""
+import ctypes, os, signal, subprocess, sys
+def end_group(*_):
+  os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, end_group)
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)    # PR_SET_PDEATHSIG
 if os.getppid() != int(sys.argv[1]):
-  os._exit(70)                                                # the parent died before prctl
-os.execv(sys.argv[2], sys.argv[2:])
+  end_group()                                                # the test died before prctl
+code = subprocess.call(sys.argv[2:])
+if code < 0:
+  signal.signal(-code, signal.SIG_DFL)
+  os.kill(os.getpid(), -code)
+sys.exit(code)
 """
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -157,6 +167,7 @@ class Cluster:
     self._ended: dict[int, tuple[float, bool]] = {}   # process id -> (seconds, by helper)
     self._killed: set[int] = set()
     self._dir: str | None = None
+    self._outputs: dict[int, tuple[str, str]] = {}     # kept when the log files are removed
     self._t0 = 0.0
 
   # -- starting -------------------------------------------------------------------------------
@@ -185,7 +196,7 @@ class Cluster:
              **extra}
       with open(self._log(i, "out"), "wb") as out, open(self._log(i, "err"), "wb") as err:
         self._procs.append(subprocess.Popen(
-            [sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), *self.argv(i)],
+            [sys.executable, "-c", _SUPERVISOR, str(os.getpid()), *self.argv(i)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=self.cwd,
             start_new_session=True))
     return self
@@ -203,6 +214,9 @@ class Cluster:
 
   def output(self, process_id: int) -> tuple[str, str]:
     """(stdout, stderr) of a process so far."""
+    if process_id in self._outputs:
+      return self._outputs[process_id]
+
     def read(kind):
       with open(self._log(process_id, kind), "rb") as f:
         return f.read().decode("utf-8", "replace")
@@ -284,6 +298,9 @@ class Cluster:
       with contextlib.suppress(subprocess.TimeoutExpired):
         p.wait(timeout=10)
     self._poll()
+    if self._dir is not None and os.path.isdir(self._dir):
+      self._outputs = {i: self.output(i) for i in range(len(self._procs))}
+      shutil.rmtree(self._dir, ignore_errors=True)
     _LIVE.discard(self)
 
 

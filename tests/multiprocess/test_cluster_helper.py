@@ -2,6 +2,7 @@
 every process (and every child it starts) is ended however the test ends."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +15,9 @@ from _cluster import Cluster, ROOT, TESTS, check, run_cluster
 pytestmark = pytest.mark.xdist_group("multiprocess")
 
 _HANG = r"""
-import subprocess, sys, time
+import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-print(f"ready child={child.pid}", flush=True)
+print(f"ready pid={os.getpid()} child={child.pid}", flush=True)
 time.sleep(600)
 """
 
@@ -30,8 +31,9 @@ def _alive(pid: int) -> bool:
     return False
 
 
-def _child_pid(out: str) -> int:
-  return int(out.split("child=")[1].split()[0])
+def _pids(out: str) -> list[int]:
+  """The pids a `_HANG` process printed: its own and its child's."""
+  return [int(out.split(f"{k}=")[1].split()[0]) for k in ("pid", "child")]
 
 
 def _gone(pids, within: float = 10.0) -> bool:
@@ -71,14 +73,14 @@ def test_wait_ends_hung_processes_and_their_children_at_the_deadline():
   with Cluster(_HANG, num_processes=2, timeout=60) as c:
     c.wait_for(0, "ready")
     c.wait_for(1, "ready")
-    children = [_child_pid(c.output(i)[0]) for i in (0, 1)]
+    pids = _pids(c.output(0)[0]) + _pids(c.output(1)[0])
     t0 = time.monotonic()
     results = c.wait(timeout=1.0)
     waited = time.monotonic() - t0
   assert waited < 15, waited
   assert [r.returncode for r in results] == [-signal.SIGKILL] * 2
   assert all(r.ended_by_helper for r in results)
-  assert _gone([c._procs[0].pid, c._procs[1].pid, *children])
+  assert _gone([c._procs[0].pid, c._procs[1].pid, *pids])
 
 
 def test_a_failing_test_ends_the_cluster():
@@ -86,37 +88,43 @@ def test_a_failing_test_ends_the_cluster():
     with Cluster(_HANG, num_processes=2, timeout=60) as c:
       c.wait_for(0, "ready")
       c.wait_for(1, "ready")
-      children = [_child_pid(c.output(i)[0]) for i in (0, 1)]
+      pids = _pids(c.output(0)[0]) + _pids(c.output(1)[0])
       raise AssertionError("the test failed here")
-  assert _gone([p.pid for p in c._procs] + children)
+  assert _gone([p.pid for p in c._procs] + pids)
 
 
 def test_an_interrupted_test_ends_the_cluster():
   with pytest.raises(KeyboardInterrupt):
     with Cluster(_HANG, num_processes=2, timeout=60) as c:
+      c.wait_for(0, "ready")
       c.wait_for(1, "ready")
+      pids = _pids(c.output(0)[0]) + _pids(c.output(1)[0])
       raise KeyboardInterrupt
-  assert _gone([p.pid for p in c._procs])
+  assert _gone([p.pid for p in c._procs] + pids)
 
 
 def test_processes_die_with_the_test_process_even_when_it_is_killed():
   """A pytest worker killed with SIGKILL runs no clean-up: the kernel's parent-death signal
-  ends the cluster's processes."""
+  ends the cluster's processes and the processes they started."""
   driver = (
       "import sys; sys.path[:0] = [%r, %r]\n"
       "from _cluster import Cluster\n"
       "c = Cluster(%r, num_processes=2, timeout=600).start()\n"
       "c.wait_for(0, 'ready'); c.wait_for(1, 'ready')\n"
-      "print(' '.join(str(p.pid) for p in c._procs), flush=True)\n"
+      "print(' '.join(str(p.pid) for p in c._procs), c.output(0)[0].strip(), "
+      "c.output(1)[0].strip(), 'dir=' + c._dir, flush=True)\n"
       "import time; time.sleep(600)\n") % (TESTS, ROOT, _HANG)
   p = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True,
                        cwd=ROOT)
   try:
-    pids = [int(x) for x in p.stdout.readline().split()]
-    assert len(pids) == 2 and all(_alive(x) for x in pids)
+    line = p.stdout.readline()
+    pids = [int(x) for x in line.split()[:2]] + _pids(line.split("ready", 1)[1]) + \
+        _pids(line.split("ready")[2])
+    assert len(pids) == 6 and all(_alive(x) for x in pids), line
     p.kill()
     p.wait(timeout=10)
     assert _gone(pids)
+    shutil.rmtree(line.split("dir=")[1].strip())      # the killed driver's log files
   finally:
     p.kill()
     p.wait(timeout=10)
