@@ -43,9 +43,11 @@ TESTS = os.path.join(ROOT, "tests")
 # group: it asks the kernel for SIGTERM when the process that started it (the test) dies
 # (prctl PR_SET_PDEATHSIG), runs the command as its child in the same group, and mirrors how
 # that child ends (exit code, or the same signal). On SIGTERM it kills its whole group: the
-# command and every process the command started, however the test process died.
+# command and every process the command started, however the test process died. No core files:
+# a process that JAX aborts (SIGABRT) would write one into the working directory.
 _SUPERVISOR = r"""
-import ctypes, os, signal, subprocess, sys
+import ctypes, os, resource, signal, subprocess, sys
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 def end_group(*_):
   os.killpg(0, signal.SIGKILL)
 signal.signal(signal.SIGTERM, end_group)
