@@ -72,6 +72,12 @@ class Settings:
   shutdown_timeout_s: int = _DEFAULT_SHUTDOWN_TIMEOUT_S
   watchdog: bool = True
 
+  def __post_init__(self):
+    for name in ("heartbeat_timeout_s", "init_timeout_s", "shutdown_timeout_s"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise ClusterError(f"{name} must be a whole number of seconds >= 2, got {value!r}")
+
   @property
   def beat_interval_s(self) -> float:
     """How often the watchdog beats and looks at the others."""
@@ -203,11 +209,13 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
   def join_deadline():
     if not joined.wait(settings.init_timeout_s):
+      me = "" if process_id is None else f" (id {process_id})"
+      every = "every process" if num_processes is None else f"all {num_processes} processes"
       _die(EXIT_LOST_PROCESS,
            f"the cluster at {where} did not form within {settings.init_timeout_s} s: this "
-           f"process (id {process_id}) reached the coordinator, but not all {num_processes} "
-           "processes joined. Start the same command on every host, with the same "
-           "--num_processes and a distinct --process_id each.")
+           f"process{me} reached the coordinator, but not {every} joined. Start the same "
+           "command on every host, with the same --num_processes and a distinct --process_id "
+           "each.")
 
   threading.Thread(target=join_deadline, name="botjax-join-deadline", daemon=True).start()
   kwargs = {k: v for k, v in (("coordinator_address", coordinator_address),

@@ -30,6 +30,9 @@ def test_the_watchdog_names_a_lost_process_before_jax_ends_the_others():
   # JAX's detection comes 0.5-1 x the timeout after the last heartbeat; the watchdog's after
   # lost_after_s +- one beat interval
   assert s.lost_after_s + 2 * s.beat_interval_s < s.heartbeat_timeout_s / 2
+  for bad in (0, 1, 2.5, True, None):
+    with pytest.raises(bd.ClusterError, match="whole number of seconds"):
+      bd.Settings(init_timeout_s=bad)
 
 
 @pytest.mark.parametrize("spec", ["fsdp:8", "data:2,fsdp:4", "data:2,fsdp:2,tensor:2"])
