@@ -11,7 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 
 
 def _check_logits(logits: jax.Array) -> None:
@@ -129,8 +129,8 @@ def _first_argmax(z: jax.Array) -> jax.Array:
     [B] int32 indices (V − 1 for a row holding NaN, which has no maximum).
   """
   v = z.shape[-1]
-  top = _xla_cpu.fused_max(z, keepdims=True)
-  idx = _xla_cpu.fused_min(jnp.where(z == top, jnp.arange(v, dtype=jnp.int32), v))
+  top = xla_cpu.fused_max(z, keepdims=True)
+  idx = xla_cpu.fused_min(jnp.where(z == top, jnp.arange(v, dtype=jnp.int32), v))
   return jnp.minimum(idx, v - 1).astype(jnp.int32)
 
 
@@ -171,6 +171,6 @@ def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top
     # XLA:CPU runs argmax's (value, index) reduction unvectorised, ~0.5 ms per [128, 313] step.
     noise = jax.vmap(lambda k: jax.random.gumbel(k, filtered.shape[-1:], filtered.dtype))(keys)
     tokens = _first_argmax(noise + filtered)
-  logp_all = _xla_cpu.fused_log_softmax(scaled)
+  logp_all = xla_cpu.fused_log_softmax(scaled)
   logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
   return tokens, logp
