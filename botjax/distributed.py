@@ -526,6 +526,33 @@ def gather(tree: Any) -> Any:
   return multihost_utils.process_allgather(tree, tiled=True)
 
 
+def is_multiprocess() -> bool:
+  """True in a cluster of more than one process (`jax.process_count() > 1`)."""
+  return jax.process_count() > 1
+
+
+def allgather_objects(obj: Any) -> list:
+  """Every process's `obj` (any picklable value), in process order, on every process.
+
+  The objects travel pickled, as one uint8 array per process padded to a common power-of-two
+  length (a handful of shapes, so a handful of compiled all-gathers), through JAX's collectives
+  (`process_allgather`). Every process must call it, in the same order. A single process gets
+  `[obj]` back without pickling.
+  """
+  if jax.process_count() == 1:
+    return [obj]
+  import pickle
+  from jax.experimental import multihost_utils
+  blob = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.asarray([blob.size], np.int64)))
+  width = 1 << max(4, int(sizes.max() - 1).bit_length())
+  padded = np.zeros((width,), np.uint8)
+  padded[:blob.size] = blob
+  blobs = np.asarray(multihost_utils.process_allgather(padded))
+  return [pickle.loads(blobs[p, :int(sizes[p, 0])].tobytes())
+          for p in range(jax.process_count())]
+
+
 def barrier(name: str, timeout_s: float | None = None) -> None:
   """Waits until every process reaches the barrier `name` (unique per use).
 
