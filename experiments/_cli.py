@@ -30,6 +30,8 @@ def define_distributed_flags() -> None:
   flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
   flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
   flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+  flags.DEFINE_integer("heartbeat_timeout", 60, "With --distributed: seconds after which a silent "
+                       "process counts as lost; the others stop after a quarter of it, naming it.")
 
 
 def start_distributed(FLAGS) -> None:
@@ -40,7 +42,9 @@ def start_distributed(FLAGS) -> None:
   from botjax import distributed
   try:
     distributed.initialize(FLAGS.coordinator or None, FLAGS.num_processes or None,
-                           None if FLAGS.process_id < 0 else FLAGS.process_id)
+                           None if FLAGS.process_id < 0 else FLAGS.process_id,
+                           settings=distributed.Settings(
+                               heartbeat_timeout_s=FLAGS.heartbeat_timeout))
   except (RuntimeError, ValueError) as e:
     raise UserError(f"--distributed: {e}") from None
 

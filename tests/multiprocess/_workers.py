@@ -284,7 +284,63 @@ def resume_after_kill():
        doubled=_fingerprint(doubled), after=sorted(os.listdir(directory)))
 
 
+def collect_share():
+  """`RolloutCollector.collect` of 2 steps (4 prompts x 4 samples) with the warm start at
+  argv[2] on mesh data:2,fsdp:4: which prompt indices this process read, which rows it scored,
+  and a digest of the rollouts every process returns."""
+  bd = join()
+  import hashlib
+
+  import jax
+  import numpy as np
+
+  from botjax import models
+  from botjax.rewards.base import RewardResult
+  from botjax.rewards.pool import RewardPool
+  from botjax.sampling import SamplingConfig, make_engine
+  from botjax.testbeds import arith
+  from botjax.train.rollouts import RolloutCollector
+
+  read, scored = [], []
+
+  class Prompts:
+    def get(self, index):
+      read.append(int(index))
+      return {"problem": f"{index % 7 + 1} + {index % 5 + 2}", "answer": str(index % 7 + index % 5 + 3)}
+
+  def reward(prompts, completions, metadata):
+    scored.extend(int(m["_row"]) for m in metadata)
+    return [RewardResult(float(len(c) % 3), components={"length": float(len(c))})
+            for c in completions]
+
+  ckpt = sys.argv[2]
+  m = mesh("data:2,fsdp:4")
+  model = models.load_pretrained(ckpt, mesh=m)
+  tok = models.load_tokenizer(ckpt)
+  engine = make_engine("jax", model, SamplingConfig.for_model(model, tok, max_new_tokens=16),
+                       mesh=m)
+  collector = RolloutCollector(
+      engine=engine, tokenizer=tok, prompts=Prompts(), prompt_fn=arith.prompt_messages,
+      pool=RewardPool(reward, num_workers=1, kind="inline"), prompts_per_step=4, group_size=4,
+      max_prompt_tokens=128, dynamic_sampling=False, max_resample_rounds=0,
+      pad_id=engine.config.pad_token_id)
+  steps = []
+  for step in range(2):
+    before = (list(read), list(scored))
+    roll, info = collector.collect(jax.random.fold_in(jax.random.PRNGKey(0), step), step)
+    digest = hashlib.sha256()
+    for x in (roll.tokens, roll.mask, roll.logp, roll.rewards, roll.group_ids, roll.local):
+      digest.update(np.ascontiguousarray(x).tobytes())
+    steps.append({"read": read[len(before[0]):], "scored": sorted(scored[len(before[1]):]),
+                  "rewards": roll.rewards.tolist(), "digest": digest.hexdigest(),
+                  "completions": roll.completions, "position": collector.position,
+                  "lengths": [r.components["length"] for r in roll.results],
+                  "reward_failures": info["reward_failures"]})
+  engine.close()
+  emit(process=jax.process_index(), steps=steps)
+
+
 if __name__ == "__main__":
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   {f.__name__: f for f in (collectives, sleep_forever, lose_a_process, save, restore,
-                           save_killed_midway, resume_after_kill)}[sys.argv[1]]()
+                           save_killed_midway, resume_after_kill, collect_share)}[sys.argv[1]]()
