@@ -71,6 +71,38 @@ def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bo
                     "Hub.)") from None
 
 
+def define_judge_flags(judges, prompt_keys) -> None:
+  """--<judge>_api for each judge flag in `judges` (e.g. "judge" gives --judge_api), and
+  --judge_prompt=KEY=FILE with the keys of `prompt_keys` (KEY -> what that prompt is)."""
+  for name in judges:
+    flags.DEFINE_enum(f"{name}_api", "openai", ["openai", "anthropic"],
+                      f"API of --{name}: openai (chat completions: vLLM, SGLang, OpenAI; key from "
+                      "$OPENAI_API_KEY, else none) or anthropic (the Messages API: --" + name +
+                      "=https://api.anthropic.com, key from $ANTHROPIC_API_KEY).")
+  keys = "; ".join(f"{k}: {v}" for k, v in prompt_keys.items())
+  flags.DEFINE_multi_string("judge_prompt", [], "KEY=FILE: a judge prompt read from FILE "
+                            "instead of the built-in one (repeat for several). KEY is one of: "
+                            f"{keys}.")
+
+
+def judge_prompts(values, prompt_keys) -> dict:
+  """{KEY: pathlib.Path} of --judge_prompt=KEY=FILE flags; UserError for an unknown KEY, a
+  repeated one or a missing FILE (the judges check the placeholders when they are built)."""
+  import pathlib
+  out = {}
+  for value in values:
+    key, sep, path = value.partition("=")
+    if not sep or key not in prompt_keys:
+      raise UserError(f"--judge_prompt={value!r}: expected KEY=FILE with KEY one of "
+                      f"{sorted(prompt_keys)}")
+    if key in out:
+      raise UserError(f"--judge_prompt: {key} given twice")
+    if not os.path.isfile(os.path.expanduser(path)):
+      raise UserError(f"--judge_prompt={value}: no such file {path!r}")
+    out[key] = pathlib.Path(os.path.expanduser(path))
+  return out
+
+
 def define_memory_flags() -> None:
   flags.DEFINE_bool("remat", None, "Recompute each decoder block in the backward pass (less "
                     "memory, ~1/3 more compute); default: the experiment's choice for --model.")

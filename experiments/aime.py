@@ -49,7 +49,8 @@ flags.DEFINE_enum("split", "random", ["random", "year"], "Train/eval split of --
 flags.DEFINE_float("eval_fraction", 0.2, "--split=random: share of problems held out for eval.")
 flags.DEFINE_integer("split_seed", 0, "--split=random: seed of the split.")
 flags.DEFINE_list("eval_years", ["2024", "2025"], "--split=year: years held out for eval.")
-flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the step judge (default: none).")
+flags.DEFINE_string("judge", "", "Base URL of the step judge, e.g. http://HOST:8000/v1 "
+                    "(--judge_api; default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
 flags.DEFINE_integer("steps", 200, "RL steps.")
 flags.DEFINE_string("workdir", "runs/aime", "Output dir: checkpoints, metrics.jsonl, eval.json.")
@@ -69,6 +70,10 @@ _cli.define_distributed_flags()
 _cli.define_memory_flags()
 _cli.define_offline_flag()
 _cli.define_verbose_flag()
+JUDGE_PROMPTS = {"system": "the step judge's system prompt",
+                 "user": "its user template ({problem}, {steps}; optional {context}, {verdicts}, "
+                         "{first}, {last})"}
+_cli.define_judge_flags(["judge"], JUDGE_PROMPTS)
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
                     "thinks, Qwen2.5 never.")
@@ -216,9 +221,9 @@ def build(cfg, tiny, data_spec):
   """(trainer kwargs) for the tiny arithmetic task or a real checkpoint on AIME problems."""
   from botjax import data, models
   from botjax.models.sharding import make_mesh
-  from botjax.rewards import (ExactArithmeticJudge, JudgeUnavailable, MathReward, OpenAIStepJudge,
-                              is_correct)
+  from botjax.rewards import JudgeUnavailable, LLMStepJudge, MathReward, is_correct
   from botjax.testbeds import arith
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   from botjax.train.rollouts import ListPrompts
   if tiny:
     from botjax.train.config import apply_overrides
@@ -239,7 +244,11 @@ def build(cfg, tiny, data_spec):
     local = FLAGS.checkpoint and (os.path.isdir(os.path.expanduser(FLAGS.checkpoint))
                                   or models.weights.looks_like_path(FLAGS.checkpoint))
     ckpt = checkpoint() if local else None
-    judge = OpenAIStepJudge(FLAGS.judge_model, base_url=FLAGS.judge) if FLAGS.judge else None
+    prompts = _cli.judge_prompts(FLAGS.judge_prompt, JUDGE_PROMPTS)
+    kwargs = {arg: prompts[key] for key, arg in (("system", "system_prompt"),
+                                                 ("user", "user_template")) if key in prompts}
+    judge = _user(lambda: LLMStepJudge(FLAGS.judge_model, api=FLAGS.judge_api,
+                                       base_url=FLAGS.judge, **kwargs)) if FLAGS.judge else None
     if judge is not None:
       try:
         judge.check_reachable()
@@ -260,7 +269,8 @@ def build(cfg, tiny, data_spec):
                                                max_new_tokens=cfg.rollout.max_new_tokens))
   if judge is None and recipe.granularity is not algorithms.Granularity.SEQUENCE:
     raise UserError(f"--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
-                    f"--judge_model=NAME (any OpenAI-compatible server, e.g. vLLM or SGLang), or "
+                    f"--judge_model=NAME (an OpenAI-compatible server such as vLLM or SGLang, "
+                    f"or Anthropic's API with --judge_api=anthropic), or "
                     f"train a sequence-level recipe such as --algo=grpo")
   evals = evals[:FLAGS.eval_limit] if FLAGS.eval_limit else evals
   reward = MathReward(judge, w_g=FLAGS.w_g, w_s=FLAGS.w_s, strategy=FLAGS.strategy,
@@ -286,8 +296,8 @@ def run():
   data_spec = _user(lambda: data_config(tiny))
   if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
     say("[aime] flags: " + json.dumps({f: FLAGS[f].value for f in (
-        "model", "algo", "mesh", "checkpoint", "judge", "judge_model", "w_g", "w_s", "strategy",
-        "window", "eval_n", "thinking", "offline")}, sort_keys=True))
+        "model", "algo", "mesh", "checkpoint", "judge", "judge_api", "judge_model", "w_g",
+        "w_s", "strategy", "window", "eval_n", "thinking", "offline")}, sort_keys=True))
     say("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
   say("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False))
   if FLAGS.dry_run:

@@ -47,7 +47,6 @@ another copy of the Node toolchain directory.
 import dataclasses
 import json
 import os
-import socket
 import sys
 import time
 import urllib.parse
@@ -69,9 +68,10 @@ flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt
                     "dataset name `datasets` opens offline (default: the built-in set).")
 flags.DEFINE_float("test_fraction", 0.2, "Held-out share of each prompt category (a seeded split: "
                    "botjax.rewards.react.split_prompts).")
-flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the LLM code judge (default: none).")
+flags.DEFINE_string("judge", "", "Base URL of the LLM code judge (--judge_api; default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
-flags.DEFINE_string("vlm_judge", "", "OpenAI-compatible base URL of the VLM screenshot judge (default: none).")
+flags.DEFINE_string("vlm_judge", "", "Base URL of the VLM screenshot judge (--vlm_judge_api; "
+                    "default: none).")
 flags.DEFINE_string("vlm_judge_model", "vlm", "Model name sent to --vlm_judge.")
 flags.DEFINE_enum("vlm_mode", "screenshot", ["screenshot", "one_turn", "two_turn"],
                   "VLM judge protocol; one_turn/two_turn add line attributions (see --vlm_line_weight).")
@@ -107,6 +107,20 @@ _cli.define_distributed_flags()
 _cli.define_memory_flags()
 _cli.define_offline_flag()
 _cli.define_verbose_flag()
+# --judge_prompt=KEY=FILE: KEY -> (the judge flag, the judge's argument, what the prompt is)
+JUDGE_PROMPTS = {
+    "code": ("judge", "prompt", "the code judge's template ({prompt}, {code})"),
+    "code_system": ("judge", "system_prompt", "its system prompt"),
+    "vlm": ("vlm_judge", "prompt", "the VLM judge's template ({prompt})"),
+    "vlm_one_turn": ("vlm_judge", "one_turn_prompt", "--vlm_mode=one_turn's ({prompt}, {code})"),
+    "vlm_second_turn": ("vlm_judge", "second_turn_prompt", "two_turn's second ({code}; optional "
+                        "{prompt}, {score}, {justification})"),
+    "vlm_system": ("vlm_judge", "system_prompt", "the VLM judge's system prompt"),
+    "pairwise": ("pairwise_judge", "prompt", "the pairwise judge's template ({prompt})"),
+    "pairwise_system": ("pairwise_judge", "system_prompt", "its system prompt"),
+}
+_cli.define_judge_flags(["judge", "vlm_judge", "pairwise_judge"],
+                        {k: v[2] for k, v in JUDGE_PROMPTS.items()})
 
 
 def train_config(tiny):
@@ -140,17 +154,38 @@ def train_config(tiny):
   return config_lib.apply_overrides(_cli.memory_settings(cfg, FLAGS), FLAGS.set)
 
 
-def check_reachable(url: str, what: str) -> None:
-  """Fails fast when nothing listens at `url` (a TCP connect, no request sent)."""
-  parts = urllib.parse.urlparse(url)
-  if parts.scheme not in ("http", "https") or not parts.hostname:
-    raise UserError(f"--{what}={url!r} is not an http(s) URL such as http://127.0.0.1:8000/v1")
-  port = parts.port or (443 if parts.scheme == "https" else 80)
+def make_judge(what: str):
+  """The judge of --<what> ("judge": CodeJudge, "vlm_judge": VLMJudge, "pairwise_judge":
+  PairwiseJudge) with its --<what>_api, --<what>_model and --judge_prompt files; a bad URL, a
+  missing key or a bad prompt is a UserError."""
+  from botjax.rewards import react
+  prompts = _cli.judge_prompts(FLAGS.judge_prompt, {k: v[2] for k, v in JUDGE_PROMPTS.items()})
+  kwargs = {arg: prompts[key] for key, (judge, arg, _) in JUDGE_PROMPTS.items()
+            if judge == what and key in prompts}
+  if what == "vlm_judge":
+    kwargs["mode"] = FLAGS.vlm_mode
+  cls = {"judge": react.CodeJudge, "vlm_judge": react.VLMJudge,
+         "pairwise_judge": react.PairwiseJudge}[what]
+  config = react.JudgeConfig(api=FLAGS[f"{what}_api"].value, model=FLAGS[f"{what}_model"].value,
+                             base_url=FLAGS[what].value)
   try:
-    socket.create_connection((parts.hostname, port), timeout=5).close()
-  except OSError as e:
-    raise UserError(f"--{what}={url} is unreachable ({e}); start an OpenAI-compatible server "
-                    "(e.g. `vllm serve MODEL --port 8000`) or drop the flag") from None
+    return cls(config, **kwargs)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(f"--{what}={FLAGS[what].value}: {e}") from None
+
+
+def check_reachable(what: str) -> None:
+  """Fails fast unless the --<what> judge answers one short request through its API."""
+  from botjax.rewards import llm
+  judge = make_judge(what)
+  try:
+    judge.client.check_reachable()
+  except llm.Unreachable as e:
+    raise UserError(f"--{what}={FLAGS[what].value} is unreachable: {e}\n(start the server, e.g. "
+                    f"`vllm serve MODEL --port 8000`, check --{what}_api and --{what}_model, or "
+                    "drop the flag)") from None
+  finally:
+    judge.close()
 
 
 def _endpoint(url: str) -> tuple[str, str, int, str]:
@@ -200,7 +235,7 @@ def check_prerequisites(*, judges: bool = True) -> None:
                     "botjax/rewards/react/node, Debian's chromium).") from None
   for what in ("judge", "vlm_judge") if judges else ():
     if FLAGS[what].value:
-      check_reachable(FLAGS[what].value, what)
+      check_reachable(what)
 
 
 class RequestPrompts:
@@ -223,10 +258,9 @@ def make_reward(*, judges: bool = True):
   from botjax.rewards import react
   code_judge = vlm_judge = None
   if judges and FLAGS.judge:   # run() and compare() checked that the URLs are reachable
-    code_judge = react.CodeJudge(react.JudgeConfig(model=FLAGS.judge_model, base_url=FLAGS.judge))
+    code_judge = make_judge("judge")
   if judges and FLAGS.vlm_judge:
-    vlm_judge = react.VLMJudge(react.JudgeConfig(model=FLAGS.vlm_judge_model,
-                                                 base_url=FLAGS.vlm_judge), mode=FLAGS.vlm_mode)
+    vlm_judge = make_judge("vlm_judge")
   cfg = _user(lambda: react.ReactRewardConfig(vlm_line_weight=FLAGS.vlm_line_weight,
                                               typecheck=FLAGS.typecheck,
                                               blank_is_failure=FLAGS.blank_is_failure))
@@ -407,7 +441,7 @@ def compare():
   if len(FLAGS.compare) != 2:
     raise UserError(f"--compare needs two comma-separated paths A,B, got {FLAGS.compare}")
   check_pairwise_judge(training_judges(FLAGS.compare))
-  check_reachable(FLAGS.pairwise_judge, "pairwise_judge")
+  check_reachable("pairwise_judge")
   check_prerequisites(judges=False)
   if FLAGS.compare_checkpoints:
     base, steps = run_checkpoints(FLAGS.compare[0])
@@ -418,8 +452,7 @@ def compare():
   _, test = react.split_prompts(prompts, test_fraction=FLAGS.test_fraction)
   test = test[:FLAGS.eval_limit] if FLAGS.eval_limit else test
   requests = [p.prompt for p in test]
-  judge = react.PairwiseJudge(react.JudgeConfig(model=FLAGS.pairwise_judge_model,
-                                                base_url=FLAGS.pairwise_judge))
+  judge = make_judge("pairwise_judge")
   out_dir = FLAGS.workdir
   os.makedirs(out_dir, exist_ok=True)
   reward = make_reward(judges=False)
@@ -502,8 +535,9 @@ def run():
   cfg = _user(lambda: train_config(tiny))
   if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
     print("[react] flags: " + json.dumps({f: FLAGS[f].value for f in (
-        "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_model", "vlm_judge",
-        "vlm_judge_model", "vlm_mode", "vlm_line_weight", "typecheck")}, sort_keys=True))
+        "model", "algo", "mesh", "checkpoint", "prompts", "judge", "judge_api", "judge_model",
+        "vlm_judge", "vlm_judge_api", "vlm_judge_model", "vlm_mode", "vlm_line_weight",
+        "typecheck")}, sort_keys=True))
     print("[react] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True),
           flush=True)
   recipe = _user(lambda: run_recipe(cfg))

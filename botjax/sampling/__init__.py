@@ -14,16 +14,8 @@ from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import filter_logits, sample_logits, top_k_filter, top_p_filter
 from botjax.sampling.logprobs import completion_logprobs
-from botjax.sampling.engine import (
-    ENGINES,
-    FINISH_LENGTH,
-    FINISH_STOP,
-    RolloutEngine,
-    SampleOutput,
-    TeacherForcing,
-    make_engine,
-    register_engine,
-)
+from botjax.sampling.engine import ENGINES, RolloutEngine, make_engine, register_engine
+from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput, TeacherForcing
 from botjax.sampling.sampler import Sampler
 from botjax.sampling.text import (
     TextSamples,

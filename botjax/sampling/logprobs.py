@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from botjax.models import logprobs as logprobs_lib
-from botjax.sampling.engine import SampleOutput
+from botjax.sampling.output import SampleOutput
 
 
 def completion_logprobs(model, out: SampleOutput, *, temperature: float,

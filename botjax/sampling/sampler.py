@@ -37,7 +37,7 @@ from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
+from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput
 from botjax.sampling.filtering import sample_logits
 
 _BATCH_AXES = ("data", "fsdp")

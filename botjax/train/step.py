@@ -49,6 +49,9 @@ class RLBatch:
     advantages: f32[B, T] token advantages, zero outside `loss_mask`.
     loss_mask: bool[B, T] True on completion tokens that carry loss.
     seq_weights: f32[B] per-completion weights (ReCo), ones otherwise.
+    behaviour_logp: f32[B, T] the rollout engine's log-probs of the completion tokens when they
+      are not the trainer's own (vLLM: `old_logp` is then the trainer's recomputation), read by
+      the truncated importance-sampling correction (`Recipe.tis_cap`); None: `old_logp`.
   """
   input_ids: jax.Array
   positions: jax.Array
@@ -58,6 +61,7 @@ class RLBatch:
   advantages: jax.Array
   loss_mask: jax.Array
   seq_weights: jax.Array
+  behaviour_logp: jax.Array | None = None
 
   @property
   def completion_len(self) -> int:
@@ -189,9 +193,11 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
                                     mb.attention_mask, completion_len=T,
                                     temperature=temperature, chunk=chunk,
                                     num_prompts=num_prompts)
+    behaviour = mb.old_logp if mb.behaviour_logp is None else mb.behaviour_logp
     per_token, m = algorithms.policy_loss(
         recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,
-        ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights)
+        ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights,
+        behaviour_logp=behaviour)
     num, _ = losses.aggregate(per_token, mb.loss_mask, mode=recipe.agg_mode, norm=recipe.agg_norm)
     msk = mb.loss_mask
     stats = {
@@ -203,6 +209,11 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
     for name in ("clipped", "kl"):
       if name in m:
         stats[f"{name}_sum"] = jnp.sum(jnp.where(msk, m[name].astype(jnp.float32), 0.0))
+    if recipe.tis_cap is not None:
+      w = losses.tis_weights(mb.old_logp, behaviour, msk, cap=recipe.tis_cap)
+      stats["tis_weight_sum"] = jnp.sum(w)
+      over = jnp.where(msk, mb.old_logp - behaviour, 0.0) > np.log(recipe.tis_cap)   # ratio > C
+      stats["tis_capped_sum"] = jnp.sum(msk & over, dtype=jnp.float32)
     return num / den, stats
 
   (loss, stats), grads = jax.value_and_grad(mb_loss, has_aux=True)(params)
@@ -247,6 +258,9 @@ def apply_grads(state: TrainState, grads, loss: jax.Array, stats: dict, *,
     metrics["clip_fraction"] = stats["clipped_sum"] / tok
   if "kl_sum" in stats:
     metrics["kl"] = stats["kl_sum"] / tok
+  if "tis_weight_sum" in stats:
+    metrics["tis_weight"] = stats["tis_weight_sum"] / tok
+    metrics["tis_capped_fraction"] = stats["tis_capped_sum"] / tok
   return StepOutput(new_state, metrics)
 
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from botjax.rewards.llm import PING_TEXT
 from _openai_server import OpenAIServer, images, texts
 from _util import run_script, run_script_cases
 
@@ -149,7 +150,8 @@ def test_tiny_end_to_end_train_and_eval_only(trained, server):
       assert f"reward/{part}" in rec
     assert rec["reward_failures"] == 0.0
   # the code judge saw the user's request (not the chat template) and the numbered code
-  code_calls = [q["body"] for q in server.requests if q["body"]["model"] == "code-judge"]
+  code_calls = [q["body"] for q in server.requests if q["body"]["model"] == "code-judge"
+                and PING_TEXT not in texts(q["body"])]     # after the start-up check
   assert code_calls, "the code judge was never called"
   sent = texts(code_calls[0])
   assert "<|im_start|>" not in sent and "0: " in sent
@@ -204,7 +206,8 @@ def test_compare_with_its_own_pairwise_judge(trained, server, tmp_path):
   assert res["pairwise_judge_model"] == "pair-judge"
   assert os.path.exists(os.path.join(out, "compare.png"))
   calls = server.requests[before:]
-  pair_calls = [q["body"] for q in calls if q["body"]["model"] == "pair-judge"]
+  pair_calls = [q["body"] for q in calls if q["body"]["model"] == "pair-judge"
+                and PING_TEXT not in texts(q["body"])]     # after the start-up check
   rendered = sum(1 for v in res["verdicts"] if v[0] is not None)
   assert len(pair_calls) == 4 * rendered and all(len(images(b)) == 2 for b in pair_calls)
   # the training judges took no part in the comparison

@@ -13,7 +13,6 @@ values of 1e-8 to 6). Timings (`*_s`, `*_per_s`) are wall-clock and not compared
 """
 import json
 import os
-import shutil
 import signal
 import time
 
@@ -38,19 +37,16 @@ TIMEOUT = 600
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
-  """The tiny warm start (`--warm` above), built once and copied into each run's workdir."""
+  """The tiny warm start (`--warm` above) for the collector test. (A run builds its own in its
+  workdir: its cache key holds the numerics environment, which names the device count.)"""
   from botjax.testbeds import arith
   from botjax.train.config import apply_overrides
   setup = apply_overrides(arith.ArithmeticSetup(), [w.split("=", 1)[1] for w in WARM])
   return arith.prepare(str(tmp_path_factory.mktemp("warm")), setup, verbose=False).checkpoint
 
 
-def aime(warm, workdir, *, processes, steps, mesh=MESH, extra=(), timeout=TIMEOUT):
+def aime(workdir, *, processes, steps, mesh=MESH, extra=(), timeout=TIMEOUT):
   """Runs aime.py --model=tiny on `processes` x (8 / processes) devices; returns the results."""
-  os.makedirs(workdir, exist_ok=True)
-  target = os.path.join(workdir, os.path.basename(warm))
-  if not os.path.exists(target):
-    shutil.copytree(warm, target)
   args = [*COMMON, f"--workdir={workdir}", f"--steps={steps}", f"--mesh={mesh}", *extra]
   if processes > 1:
     args += JOIN
@@ -84,18 +80,18 @@ def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(warm, tmp_path_factory):
+def reference(tmp_path_factory):
   """4 steps on 1 process x 8 devices, mesh data:2,fsdp:4 (evaluation at steps 0, 2, 4)."""
   workdir = str(tmp_path_factory.mktemp("one"))
-  check(aime(warm, workdir, processes=1, steps=4))
+  check(aime(workdir, processes=1, steps=4))
   return workdir
 
 
-def test_two_processes_train_and_resume_as_one_process(warm, reference, tmp_path):
+def test_two_processes_train_and_resume_as_one_process(reference, tmp_path):
   workdir = str(tmp_path / "two")
-  first = check(aime(warm, workdir, processes=2, steps=2))
+  first = check(aime(workdir, processes=2, steps=2))
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1", "2"]
-  second = check(aime(warm, workdir, processes=2, steps=4))    # resumes from step 2
+  second = check(aime(workdir, processes=2, steps=4))    # resumes from step 2
   want = rows(reference)
   assert [r["step"] for r in want] == [0, 1, 2, 3, 4]
   # metrics.jsonl and eval.json hold each step once: one process wrote them
@@ -113,29 +109,27 @@ def test_two_processes_train_and_resume_as_one_process(warm, reference, tmp_path
   assert "resuming at step 2" in second[0].stdout
 
 
-def test_a_two_process_checkpoint_resumes_on_one_process_and_back(warm, reference, tmp_path):
+def test_a_two_process_checkpoint_resumes_on_one_process_and_back(reference, tmp_path):
   """2 processes (data:2,fsdp:4) -> 1 process (fsdp:8), and 1 process (fsdp:8) -> 2 processes
   (data:2,fsdp:4): the state is resharded on restore and the following steps match."""
   want = rows(reference)
   to_one = str(tmp_path / "to_one")
-  check(aime(warm, to_one, processes=2, steps=2))
-  check(aime(warm, to_one, processes=1, steps=4, mesh="fsdp:8"))
+  check(aime(to_one, processes=2, steps=2))
+  check(aime(to_one, processes=1, steps=4, mesh="fsdp:8"))
   assert_same_metrics(rows(to_one), want)
   to_two = str(tmp_path / "to_two")
-  check(aime(warm, to_two, processes=1, steps=2, mesh="fsdp:8"))
-  check(aime(warm, to_two, processes=2, steps=4))
+  check(aime(to_two, processes=1, steps=2, mesh="fsdp:8"))
+  check(aime(to_two, processes=2, steps=4))
   assert_same_metrics(rows(to_two), want)
   assert evals(to_one) == evals(reference) == evals(to_two)
 
 
-def test_a_lost_process_stops_the_run_and_a_restart_resumes_it(warm, reference, tmp_path):
+def test_a_lost_process_stops_the_run_and_a_restart_resumes_it(reference, tmp_path):
   """Process 1 is killed during step 3 (checkpoint 2 committed): process 0 stops within
   heartbeat/4 + one beat (5 s + 1 s here; 15 s + 3 s at the default 60 s) naming it, instead
   of waiting in the step's collective; the same command then resumes from the newest committed
   checkpoint and ends as the uninterrupted run."""
   workdir = str(tmp_path / "lost")
-  os.makedirs(workdir)
-  shutil.copytree(warm, os.path.join(workdir, os.path.basename(warm)))
   args = [*COMMON, f"--workdir={workdir}", "--steps=4", f"--mesh={MESH}", *JOIN,
           "--heartbeat_timeout=20"]
   committed = os.path.join(workdir, "checkpoints", "2")
@@ -152,21 +146,19 @@ def test_a_lost_process_stops_the_run_and_a_restart_resumes_it(warm, reference, 
   assert survivor.seconds - killed_at < 20, (survivor.seconds - killed_at, describe(results))
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
   assert steps[-1] in (2, 3), steps
-  again = check(aime(warm, workdir, processes=2, steps=4))
+  again = check(aime(workdir, processes=2, steps=4))
   assert f"resuming at step {steps[-1]}" in again[0].stdout
   assert_same_metrics(rows(workdir), rows(reference))
   assert evals(workdir) == evals(reference)
 
 
-def test_bad_set_ups_of_a_multi_process_run_get_clear_errors(warm, tmp_path):
+def test_bad_set_ups_of_a_multi_process_run_get_clear_errors(tmp_path):
   """A mesh larger than the cluster, and processes started with different flags."""
-  big = aime(warm, str(tmp_path / "big"), processes=2, steps=1, mesh="fsdp:16", timeout=180)
+  big = aime(str(tmp_path / "big"), processes=2, steps=1, mesh="fsdp:16", timeout=180)
   for r in big:
     assert r.returncode == 2, describe(big)
     assert "--mesh=fsdp:16" in r.stderr and "2 process(es) x 4 local devices" in r.stderr
   workdir = str(tmp_path / "differ")
-  os.makedirs(workdir)
-  shutil.copytree(warm, os.path.join(workdir, os.path.basename(warm)))
   args = [*COMMON, f"--workdir={workdir}", "--steps=1", f"--mesh={MESH}", *JOIN,
           "--set=rollout.temperature={process_id}.5"]
   with Cluster(script=AIME, args=args, timeout=180) as c:

@@ -202,8 +202,9 @@ def test_a_weighted_reward_refuses_recipe_weights_that_would_apply_twice(env, tm
 
 
 def test_spec_declares_what_the_trainer_reads():
-  from botjax.rewards import (CombinedReward, ExactArithmeticJudge, MathReward, Signal, batched,
-                              combine, reward_spec)
+  from botjax.rewards import (CombinedReward, MathReward, Signal, batched, combine,
+                              reward_spec)
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   plain = lambda prompts, completions, metadata: [RewardResult(1.0) for _ in completions]  # noqa
   assert reward_spec(plain) == RewardSpec() and RewardSpec().signals == {Signal.SEQUENCE}
   assert MathReward(None).spec == RewardSpec({"sequence"}, verifier="answer", weighted=True)

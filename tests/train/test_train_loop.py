@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, RewardSpec
+from botjax.rewards import MathReward, RewardResult, RewardSpec
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
 from botjax.train import rollouts
@@ -67,7 +68,7 @@ def params_of(trainer):
 # proven against NumPy loops in tests/test_algorithms.py and tests/test_advantages.py) run with
 # -m slow; the default suite keeps one recipe of each trainer path.
 _SAME_PATH_AS_ANOTHER = {"dr_grpo", "rloo", "bot_gspo", "bot_dapo", "bot_pure", "process_grpo",
-                         "grpo_stepmean"}
+                         "grpo_stepmean", "bot_grpo_token", "bot_grpo_row"}
 
 
 @pytest.mark.parametrize("recipe", [

@@ -1,0 +1,81 @@
+"""What an engine returns: `SampleOutput` (B = P·n completions with their log-probs), its
+`TeacherForcing` inputs and the finish reasons. Every engine (`botjax.sampling.engine`) and
+every consumer of rollouts imports them from here."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from botjax.sampling.buckets import positions_from_mask
+
+FINISH_STOP = 0      # the row emitted an EOS / stop token (kept as its last token)
+FINISH_LENGTH = 1    # the row reached max_new_tokens
+
+
+class TeacherForcing(NamedTuple):
+  """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
+
+  `botjax.sampling.completion_logprobs(model, out, temperature=τ)` does all of this and
+  returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
+  input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
+  `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
+  where `SampleOutput.mask` is True. (`start` is a leaf of this NamedTuple, so it is traced
+  when a `TeacherForcing` enters a jitted function: a Python slice `[:, start:start + T]`
+  works outside `jit` only.)
+
+  Attributes:
+    input_ids: [B, L] int32, prompt then completion (L = Lp + T).
+    positions: [B, L] int32 positions (left padding at 0).
+    attention_mask: [B, L] bool, True on prompt and generated tokens.
+    targets: [B, L] int32, input_ids shifted left by one (last column: padding).
+    start: Lp − 1, the column whose target is the first generated token.
+  """
+  input_ids: jax.Array
+  positions: jax.Array
+  attention_mask: jax.Array
+  targets: jax.Array
+  start: int
+
+
+@struct.dataclass
+class SampleOutput:
+  """Completions of one `Sampler.generate` call, B = P·n rows, prompt p's rows adjacent.
+
+  Attributes:
+    prompt_ids: [B, Lp] int32, left-padded prompt of each row.
+    prompt_mask: [B, Lp] bool, True on prompt tokens.
+    tokens: [B, T] int32 generated ids, `pad_token_id` after the end of a row.
+    mask: [B, T] bool, True on generated tokens (the stop token included).
+    logp: [B, T] float32 log-probabilities of `tokens` under softmax(logits / τ) (τ = 1 when
+      greedy), 0 where `mask` is False.
+    lengths: [B] int32 number of generated tokens, `mask.sum(-1)`.
+    finish_reason: [B] int32, 0 = stop token (`FINISH_STOP`), 1 = length (`FINISH_LENGTH`).
+    group_ids: [B] int32 prompt index of each row, in [0, num_groups).
+    num_groups: P (static).
+  """
+  prompt_ids: jax.Array
+  prompt_mask: jax.Array
+  tokens: jax.Array
+  mask: jax.Array
+  logp: jax.Array
+  lengths: jax.Array
+  finish_reason: jax.Array
+  group_ids: jax.Array
+  num_groups: int = struct.field(pytree_node=False)
+
+  def teacher_forcing(self) -> TeacherForcing:
+    """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
+
+    Shapes as in `TeacherForcing` (L = Lp + T). For the completion log-probs under other
+    parameters, `botjax.sampling.completion_logprobs(model, self, temperature=τ)`.
+    """
+    input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
+    attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)
+    positions = positions_from_mask(attention_mask)
+    targets = jnp.concatenate([input_ids[:, 1:], self.tokens[:, -1:]], axis=1)
+    return TeacherForcing(input_ids, positions, attention_mask, targets,
+                          self.prompt_ids.shape[1] - 1)
