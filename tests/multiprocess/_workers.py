@@ -85,8 +85,11 @@ def collectives():
              y_local=y_local.tolist(), y=bd.gather(y).tolist(), total=float(total),
              colmean=np.asarray(bd.gather(colmean)).tolist(), xmax=float(xmax),
              x_roundtrip=bool(np.array_equal(bd.gather(x), x_all)))
-  bd.check_same_config({"model": "tiny", "train": {"lr": 1e-6, "steps": 2}})
   me = jax.process_index()
+  # objects of different sizes per process (one past a power-of-two padding), twice
+  out["objects"] = [bd.allgather_objects({"p": me, "text": "x" * (17 + 300 * me)}),
+                    bd.allgather_objects([me, None, (1.5, "é")])]
+  bd.check_same_config({"model": "tiny", "train": {"lr": 1e-6, "steps": 2}})
   try:
     bd.check_same_config({"model": "tiny", "train": {"lr": 1e-6, "steps": 2 + me,
                                                      "seed": 0}, "host_only": me == 1})

@@ -61,6 +61,14 @@ def test_each_process_holds_its_block_of_rows(two_processes, one_process):
     assert p["x_roundtrip"]      # the rows each process gave come back, gathered, in order
 
 
+def test_every_process_gets_every_process_object_in_order(two_processes, one_process):
+  want = [[{"p": p, "text": "x" * (17 + 300 * p)} for p in (0, 1)],
+          [[p, None, [1.5, "é"]] for p in (0, 1)]]       # (tuples come back as JSON lists)
+  for p in two_processes:
+    assert p["objects"] == want
+  assert one_process["objects"] == [[w[0]] for w in want]
+
+
 def test_only_process_zero_writes(two_processes, one_process):
   assert [p["writer"] for p in two_processes] == [True, False]
   assert one_process["writer"] is True
