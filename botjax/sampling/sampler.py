@@ -264,6 +264,10 @@ class Sampler:
               else P())
       rows = NamedSharding(self.mesh, spec)
       replicated = NamedSharding(self.mesh, P())
+      if jax.process_count() > 1:   # a process-local key -> the same global key everywhere
+        key = jax.random.wrap_key_data(
+            jax.device_put(np.asarray(jax.random.key_data(key)), replicated),
+            impl=jax.random.key_impl(key))
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               *args[6:])
       with jax.set_mesh(self.mesh), xla_cpu.threefry_unrolled(self.mesh):
