@@ -22,6 +22,21 @@ def both(fn, *static):
   return [fn, jax.jit(fn, static_argnames=static)]
 
 
+def load_experiment(name: str):
+  """experiments/<name>.py imported as a module (`botjax_experiments_<name>`, once per process),
+  with experiments/ on sys.path for its `_cli` imports; its flags are defined, not parsed."""
+  import importlib.util
+  module_name = f"botjax_experiments_{name}"
+  if module_name not in sys.modules:
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    spec = importlib.util.spec_from_file_location(
+        module_name, os.path.join(ROOT, "experiments", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[module_name] = module
+  return sys.modules[module_name]
+
+
 def one_device_xla_flags() -> str:
   """conftest's XLA_FLAGS without its 8 fake host devices: what a child process (a CLI, a notebook
   kernel) gets, so it sees one CPU device as a user's would, compiled as the suite compiles."""

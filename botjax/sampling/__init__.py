@@ -27,8 +27,9 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig",
-    "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
+    "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP",
+    "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig", "TeacherForcing",
+    "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
     "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
     "sample_logits", "top_k_filter", "top_p_filter",
 ]

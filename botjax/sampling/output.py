@@ -42,6 +42,19 @@ def generate_args(prompts, n, max_new_tokens, default_max_new_tokens):
   return prompts, int(max_new)
 
 
+def extra_stop_ids(stop_token_ids, num_prompts: int, vocab_size: int) -> list[list[int]]:
+  """A `generate` call's per-prompt extra stop ids, checked: P lists of ids in [0, vocab_size)
+  (P empty lists when `stop_token_ids` is None). Raises ValueError naming the bad list."""
+  extra = ([list(s) for s in stop_token_ids] if stop_token_ids is not None
+           else [[] for _ in range(num_prompts)])
+  if len(extra) != num_prompts:
+    raise ValueError(f"stop_token_ids has {len(extra)} lists for {num_prompts} prompts")
+  for i, s in enumerate(extra):
+    if any(not 0 <= t < vocab_size for t in s):
+      raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab_size})")
+  return extra
+
+
 class TeacherForcing(NamedTuple):
   """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
 

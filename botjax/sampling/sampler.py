@@ -37,7 +37,8 @@ from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput, generate_args
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
+                                    generate_args)
 from botjax.sampling.filtering import sample_logits
 
 _BATCH_AXES = ("data", "fsdp")
@@ -212,12 +213,7 @@ class Sampler:
     padded_ids[:num], padded_mask[:num] = ids, mask
     padded_mask[num:, -1] = True              # dummy rows: one token, never generate
 
-    extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
-    if len(extra) != num:
-      raise ValueError(f"stop_token_ids has {len(extra)} lists for {num} prompts")
-    for i, s in enumerate(extra):
-      if any(not 0 <= t < vocab for t in s):
-        raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab})")
+    extra = extra_stop_ids(stop_token_ids, num, vocab)
     width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
                         name="number of stop ids")
     stops = np.full((pb, width), -1, np.int32)
