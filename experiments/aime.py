@@ -132,7 +132,7 @@ def load_data(spec):
   return train, evals
 
 
-def make_eval_fn(records, correct_fn, prompt_fn, workdir):
+def make_eval_fn(records, correct_fn, prompt_fn, workdir, *, n):
   """`(trainer, step) -> metrics` that also appends them to the run's eval.json."""
   from botjax.rewards import answers_match, extract_answer
   from botjax.train.evaluate import evaluate
@@ -142,9 +142,9 @@ def make_eval_fn(records, correct_fn, prompt_fn, workdir):
 
   def fn(trainer, step):
     out = evaluate(trainer.engine, trainer.tokenizer, records, correct_fn=correct_fn,
-                   n=FLAGS.eval_n, key=jax.random.PRNGKey(1234), ks=KS, prompt_fn=prompt_fn,
+                   n=n, key=jax.random.PRNGKey(1234), ks=KS, prompt_fn=prompt_fn,
                    answer_fn=extract_answer, answer_equal=lambda a, b: bool(answers_match(a, b)))
-    out[f"avg@{FLAGS.eval_n}"] = out["accuracy"]
+    out[f"avg@{n}"] = out["accuracy"]
     run.append_eval(step, out)
     shown = [k for k in sorted(out) if k.startswith(("pass@", "maj@"))]
     print(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
@@ -206,7 +206,7 @@ def build(cfg, tiny, data_spec):
       f"\n(--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
       "--judge_model=NAME (an OpenAI-compatible server such as vLLM or SGLang, or Anthropic's "
       "API with --judge_api=anthropic), or train a sequence-level recipe such as --algo=grpo)"))
-  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir)
+  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir, n=FLAGS.eval_n)
   model = models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers))
   return dict(model=model, tokenizer=models.load_tokenizer(ckpt),
               prompts=ListPrompts(train, seed=cfg.seed), reward_fn=reward, prompt_fn=prompt_fn,

@@ -172,10 +172,11 @@ def load_policy(tiny):
   return ckpt, [p.to_record() for p in train], [p.to_record() for p in test], make_mesh(FLAGS.mesh)
 
 
-def make_eval_fn(reward, records, workdir):
+def make_eval_fn(reward, records, workdir, *, n, label):
   """`(trainer, step) -> metrics`: compile rate (transpiles and renders, a blank page included, as
-  in the paper) and visible rate (renders something visible) of eval_n rollouts per held-out
-  prompt; each evaluation is added to the run's eval.json and drawn in compile_rate.png."""
+  in the paper) and visible rate (renders something visible) of `n` rollouts per held-out
+  prompt; each evaluation is added to the run's eval.json and drawn in compile_rate.png (one line
+  named `label`)."""
   import jax
   from botjax import plotting
   from botjax.rewards import react
@@ -185,8 +186,8 @@ def make_eval_fn(reward, records, workdir):
   def fn(trainer, step):
     t0 = time.perf_counter()
     texts = _react.rollouts(trainer.engine, trainer.tokenizer, records, jax.random.PRNGKey(4321),
-                     FLAGS.eval_n)
-    requests = [r["prompt"] for r in records for _ in range(FLAGS.eval_n)]
+                            n)
+    requests = [r["prompt"] for r in records for _ in range(n)]
     res = react.evaluate_compile_rate(reward, requests, texts)
     reasons = {}
     for item in res["items"]:
@@ -198,9 +199,9 @@ def make_eval_fn(reward, records, workdir):
            "failures": reasons, "blank": blank, "seconds": time.perf_counter() - t0}
     run.append_eval(step, out)
     history = run.read_eval()
-    curves = {FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]}
+    curves = {label: [(h["step"], h["compile_rate"]) for h in history]}
     if all("visible_rate" in h for h in history):
-      curves[f"{FLAGS.algo} (visible)"] = [(h["step"], h["visible_rate"]) for h in history]
+      curves[f"{label} (visible)"] = [(h["step"], h["visible_rate"]) for h in history]
     plotting.plot_compile_rate(curves, run.file("compile_rate.png"))
     print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} (visible "
           f"{out['visible_rate']:.3f}, {blank} blank) of {out['n']} rollouts; failures {reasons}",
@@ -297,7 +298,8 @@ def run():
         cfg, model=models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers)),
         tokenizer=tok, train=train,
         reward=reward, mesh=mesh,
-        eval_fn=make_eval_fn(eval_reward, held_out, cfg.workdir),
+        eval_fn=make_eval_fn(eval_reward, held_out, cfg.workdir, n=FLAGS.eval_n,
+                             label=FLAGS.algo),
         run_config=run_config))
     if not FLAGS.eval_only:
       _react.save_judges(cfg.workdir, {what: {"url": FLAGS[what].value,
