@@ -219,6 +219,17 @@ def run_recipe(cfg, spec, *, hint: str = ""):
     raise UserError(f"{e}{hint}") from None
 
 
+TURN_ENDS = ("<|im_end|>",)   # ChatML's end of turn (Qwen2.5, SmolLM3)
+
+
+def turn_end_ids(tokenizer) -> tuple[int, ...]:
+  """Ids of the chat template's end-of-turn tokens that the tokenizer has (`TURN_ENDS`), to stop
+  a completion at the end of its turn: a base checkpoint such as Qwen/Qwen2.5-3B declares only
+  `<|endoftext|>` as its EOS, while its chat template ends each turn with `<|im_end|>`."""
+  vocab = tokenizer.get_vocab()
+  return tuple(int(vocab[t]) for t in TURN_ENDS if t in vocab)
+
+
 def print_settings(name: str, FLAGS, flag_names, cfg) -> None:
   """The flags `flag_names` and the full train config on the console (--verbose, --dry_run)."""
   from botjax.train import config as config_lib

@@ -208,9 +208,10 @@ def build(cfg, tiny, data_spec):
       "API with --judge_api=anthropic), or train a sequence-level recipe such as --algo=grpo)"))
   eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir, n=FLAGS.eval_n)
   model = models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers))
-  return dict(model=model, tokenizer=models.load_tokenizer(ckpt),
+  tok = models.load_tokenizer(ckpt)
+  return dict(model=model, tokenizer=tok,
               prompts=ListPrompts(train, seed=cfg.seed), reward_fn=reward, prompt_fn=prompt_fn,
-              eval_fn=eval_fn, mesh=mesh, checkpoint=ckpt)
+              eval_fn=eval_fn, mesh=mesh, checkpoint=ckpt, stop_token_ids=_cli.turn_end_ids(tok))
 
 
 def run():

@@ -237,6 +237,7 @@ def make_trainer(cfg, *, model, tokenizer, train, reward, mesh=None, eval_fn=Non
                    reward_fn=RequestPrompts(reward),
                    prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
                    eval_fn=eval_fn, run_config=run_config,
+                   stop_token_ids=_cli.turn_end_ids(tokenizer),
                    checkpoint=(run_config or {}).get("checkpoint"))
 
 

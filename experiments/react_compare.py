@@ -158,8 +158,8 @@ def screenshots(reward, checkpoint, test, budget, plan=((None, None),)):
   from botjax import models
   from botjax.sampling import Sampler, SamplingConfig
   model, tok = models.load_pretrained(checkpoint), models.load_tokenizer(checkpoint)
-  sc = SamplingConfig.for_model(model.config, tok, max_new_tokens=budget,
-                                temperature=FLAGS.temperature)
+  sc = SamplingConfig.for_model(model.config, tok, stop_token_ids=_cli.turn_end_ids(tok),
+                                max_new_tokens=budget, temperature=FLAGS.temperature)
   sampler = Sampler(model, model.config, sc)
   _, params, rest = nnx.split(model, nnx.Param, ...)
   requests = [p.prompt for p in test]
