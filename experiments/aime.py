@@ -6,8 +6,8 @@ r"""AIME with BoT-GRPO: the paper's recipe on a Hugging Face checkpoint.
   python experiments/aime.py --model=tiny --steps=2 --warm=warm_steps=20     # CPU, end to end
   python experiments/aime.py --model=qwen2.5-3b --eval_only                  # Pass@k of the workdir
 
-Defaults follow the BoT-GRPO paper (arXiv 2610.09804): BoT-GRPO, 8 prompts x 8 samples, lr 5e-7,
-w_g 3.0, w_s 0.5, error propagation, window 3, trained on the AIME 1983–2024 problem set (933
+Defaults follow the BoT-GRPO paper (arXiv 2610.09804) where it gives a value: BoT-GRPO, 8 x 8,
+lr 5e-7, w_g 3.0, w_s 0.5, error propagation, window 3, trained on the AIME 1983–2024 set (933
 problems, Hugging Face Hub dataset di-zhang-fdu/AIME_1983_2024) with a seeded random 80/20
 train/eval split (--split=year holds out --eval_years instead). The weights are
 botjax.models.HF_REPOS[--model] (or --checkpoint=DIR); weights and data missing from the HF cache
@@ -18,7 +18,10 @@ and judges steps exactly (ExactArithmeticJudge), with the quick-start's CPU-size
 resumes from its workdir; --resume=false refuses a workdir that already holds a run. Pass@k
 (k = 1, 2, 4), avg@n and maj@k go to `<workdir>/eval.json` every --eval_every steps, after
 training, and with --eval_only.
-Errors a user can fix (missing weights, unreachable judge, bad --set) exit 2 without a traceback.
+The sources of these defaults, and the settings in which the backbone recipes (bot_gspo,
+bot_dapo, bot_pure) differ from bot_grpo beyond the credit step (KL, clip, aggregation), are in
+docs/defaults.md. Errors a user can fix (missing weights, unreachable judge, bad --set) exit 2
+without a traceback.
 """
 
 import json

@@ -19,6 +19,10 @@ deviations, printed at the start and saved in config.json. Line-level local pena
 ESLint, judge lines) are spread over tokens with φ(d) = max(0, 1 − d/4). Prompts: the built-in
 set split 80/20 within each category (`botjax.rewards.react.split_prompts`; --prompts for your
 own). A blank page is not a render failure (--blank_is_failure makes it one).
+The paper's baselines on its common backbone are --algo=grpo, bot_gspo, bot_dapo and bot_pure;
+beyond the credit step they keep their own settings (bot_grpo and bot_pure: KL 0.04, clip
+0.2 / 0.2; bot_gspo: KL 0, clip 3e-4 / 4e-4; bot_dapo: KL 0, clip 0.2 / 0.28, token-mean,
+dynamic sampling), so a comparison of them compares those too (docs/defaults.md).
 Step-level recipes (--algo=pure, verigate, process_grpo) read the same penalties per
 blank-line-separated block of the completion (`botjax.rewards.react.penalties.step_spans_of`).
 Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
