@@ -19,7 +19,7 @@ FINISH_LENGTH = 1    # the row reached max_new_tokens
 class TeacherForcing(NamedTuple):
   """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
 
-  `botjax.sampling.completion_logprobs(model, out, temperature=τ)` does all of this and
+  `botjax.sampling.sample_logprobs(model, out, temperature=τ)` does all of this and
   returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
   input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
   `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
@@ -71,7 +71,7 @@ class SampleOutput:
     """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
 
     Shapes as in `TeacherForcing` (L = Lp + T). For the completion log-probs under other
-    parameters, `botjax.sampling.completion_logprobs(model, self, temperature=τ)`.
+    parameters, `botjax.sampling.sample_logprobs(model, self, temperature=τ)`.
     """
     input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
     attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)

@@ -14,8 +14,9 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward
+from botjax.rewards import MathReward
 from botjax.sampling import ENGINES, SamplingConfig, make_engine, register_engine
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts, RolloutCollector
