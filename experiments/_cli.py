@@ -30,17 +30,23 @@ def define_distributed_flags() -> None:
   flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
   flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
   flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+  flags.DEFINE_integer("heartbeat_timeout", 60, "With --distributed: seconds after which a silent "
+                       "process counts as lost; the others stop after a quarter of it, naming it.")
 
 
 def start_distributed(FLAGS) -> None:
-  """`botjax.models.sharding.initialize_distributed` from the flags of `define_distributed_flags`."""
-  from botjax.models.sharding import initialize_distributed
+  """`botjax.distributed.initialize` from the flags of `define_distributed_flags` (with
+  --distributed only)."""
+  if not FLAGS.distributed:
+    return
+  from botjax import distributed
   try:
-    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
-                           num_processes=FLAGS.num_processes or None,
-                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+    distributed.initialize(FLAGS.coordinator or None, FLAGS.num_processes or None,
+                           None if FLAGS.process_id < 0 else FLAGS.process_id,
+                           settings=distributed.Settings(
+                               heartbeat_timeout_s=FLAGS.heartbeat_timeout))
   except (RuntimeError, ValueError) as e:
-    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+    raise UserError(f"--distributed: {e}") from None
 
 
 def define_offline_flag() -> None:
@@ -230,13 +236,12 @@ def turn_end_ids(tokenizer) -> tuple[int, ...]:
   return tuple(int(vocab[t]) for t in TURN_ENDS if t in vocab)
 
 
-def print_settings(name: str, FLAGS, flag_names, cfg) -> None:
-  """The flags `flag_names` and the full train config on the console (--verbose, --dry_run)."""
+def print_settings(name: str, FLAGS, flag_names, cfg, out=print) -> None:
+  """The flags `flag_names` and the full train config on the console (--verbose, --dry_run),
+  through `out` (a function of one line; a multi-process run passes its process-0 printer)."""
   from botjax.train import config as config_lib
-  print(f"[{name}] flags: " + json.dumps({f: FLAGS[f].value for f in flag_names},
-                                         sort_keys=True))
-  print(f"[{name}] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True),
-        flush=True)
+  out(f"[{name}] flags: " + json.dumps({f: FLAGS[f].value for f in flag_names}, sort_keys=True))
+  out(f"[{name}] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
 
 
 def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None, *,

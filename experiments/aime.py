@@ -150,10 +150,55 @@ def make_eval_fn(records, correct_fn, prompt_fn, workdir, *, n):
     out[f"avg@{n}"] = out["accuracy"]
     run.append_eval(step, out)
     shown = [k for k in sorted(out) if k.startswith(("pass@", "maj@"))]
-    print(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
-          + f" ({out['num_problems']} problems; all figures in {run.eval_path})", flush=True)
+    say(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
+          + f" ({out['num_problems']} problems; all figures in {run.eval_path})")
     return out
   return fn
+
+
+def say(text):
+  """Prints a line on the one process that writes (process 0 of a multi-process run)."""
+  from botjax import distributed
+  if distributed.is_writer():
+    print(text, flush=True)
+
+
+def _mesh_spec():
+  """--mesh, checked against the cluster's devices (a clear error when it needs more)."""
+  from botjax import distributed
+  try:
+    distributed.check_mesh(FLAGS.mesh)
+  except distributed.ClusterError as e:
+    raise UserError(f"--mesh={FLAGS.mesh}: {e}") from None
+  return FLAGS.mesh
+
+
+def _prepare_tiny(setup):
+  """`arith.prepare` of the tiny warm start: built by process 0 while the others wait, then
+  read by every process (a multi-process run shares its --workdir)."""
+  from botjax import distributed
+  from botjax.testbeds import arith
+  if not distributed.is_multiprocess():
+    return arith.prepare(FLAGS.workdir, setup)
+  if distributed.is_writer():
+    arith.prepare(FLAGS.workdir, setup)
+  # the warm start's SFT takes minutes at the default setup: wait as long as the cluster would
+  distributed.barrier("aime-warm-start", timeout_s=3600)
+  return arith.prepare(FLAGS.workdir, setup, verbose=False)
+
+
+def _check_same_config(run_config):
+  """Every process of a multi-process run must run the same config (compared by hash)."""
+  import jax
+
+  from botjax import distributed
+  try:
+    digest = distributed.check_same_config(run_config)
+  except distributed.ClusterError as e:
+    raise UserError(f"--distributed: {e}") from None
+  if distributed.is_multiprocess():
+    say(f"[aime] {jax.process_count()} processes agree on the run config "
+        f"(sha256 {digest[:12]})")
 
 
 def build(cfg, tiny, data_spec):
@@ -167,9 +212,11 @@ def build(cfg, tiny, data_spec):
   if tiny:
     from botjax.train.config import apply_overrides
     setup = _user(lambda: apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
-    prepared = arith.prepare(FLAGS.workdir, setup)
-    print(f"[aime] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'})")
-    ckpt, mesh, judge = prepared.checkpoint, None, ExactArithmeticJudge(seed=cfg.seed)
+    prepared = _prepare_tiny(setup)
+    say(f"[aime] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'})")
+    # one device unless a mesh is asked for (--mesh, or a multi-process run: fsdp:-1 by default)
+    mesh = make_mesh(_mesh_spec()) if FLAGS["mesh"].present or FLAGS.distributed else None
+    ckpt, judge = prepared.checkpoint, ExactArithmeticJudge(seed=cfg.seed)
     train, evals = prepared.train, prepared.eval
     prompt_fn, correct_fn = arith.prompt_messages, arith.correct_fn
   else:
@@ -192,10 +239,10 @@ def build(cfg, tiny, data_spec):
       except JudgeUnavailable as e:
         raise UserError(f"judge at {FLAGS.judge} is unreachable: {e}") from None
     train, evals = load_data(data_spec)
-    print(f"[aime] data: {data_spec['source']}: {len(train)} train / {len(evals)} eval problems "
-          f"({data_spec['split']})", flush=True)
+    say(f"[aime] data: {data_spec['source']}: {len(train)} train / {len(evals)} eval problems "
+          f"({data_spec['split']})")
     ckpt = ckpt or checkpoint()
-    mesh = make_mesh(FLAGS.mesh)
+    mesh = make_mesh(_mesh_spec())
     from botjax.data import templates
     thinking = templates.parse_thinking(FLAGS.thinking)
     prompt_fn = lambda r: templates.chat_messages(  # noqa: E731
@@ -230,18 +277,19 @@ def run():
   if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
     _cli.print_settings("aime", FLAGS, (
         "model", "algo", "mesh", "checkpoint", "engine", "judge", "judge_api", "judge_model",
-        "w_g", "w_s", "strategy", "window", "eval_n", "thinking", "offline"), cfg)
-  print("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False), flush=True)
+        "w_g", "w_s", "strategy", "window", "eval_n", "thinking", "offline"), cfg, out=say)
+  say("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False))
   if FLAGS.dry_run:
     print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg, FLAGS.device_memory))
     return
   if not FLAGS.eval_only:
     _cli.refuse_rerun(cfg.workdir, FLAGS.resume)
   from botjax.train.loop import RLTrainer
-  kwargs = build(cfg, tiny, data_spec)
   run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "data": data_spec,
                 "reward": {f: FLAGS[f].value for f in ("w_g", "w_s", "strategy", "window",
                                                         "judge_model")}}
+  _check_same_config(run_config)
+  kwargs = build(cfg, tiny, data_spec)
   trainer = _user(lambda: RLTrainer(cfg, run_config=run_config, **kwargs))
   try:
     if not FLAGS.eval_only:

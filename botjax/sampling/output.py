@@ -1,19 +1,45 @@
 """What an engine returns: `SampleOutput` (B = P·n completions with their log-probs), its
-`TeacherForcing` inputs and the finish reasons. Every engine (`botjax.sampling.engine`) and
-every consumer of rollouts imports them from here."""
+`TeacherForcing` inputs and the finish reasons; and `generate_args`, the check of a `generate`
+call's arguments that every engine makes. Every engine (`botjax.sampling.engine`) and every
+consumer of rollouts imports them from here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from botjax.sampling.buckets import positions_from_mask
 
 FINISH_STOP = 0      # the row emitted an EOS / stop token (kept as its last token)
 FINISH_LENGTH = 1    # the row reached max_new_tokens
+
+
+def generate_args(prompts, n, max_new_tokens, default_max_new_tokens):
+  """The checked arguments of `RolloutEngine.generate`: (prompts as P lists, max_new: int).
+
+  Args:
+    prompts: P >= 1 token-id sequences (lists, tuples or a 2-D array); a str is refused.
+    n: samples per prompt, an int >= 1.
+    max_new_tokens: the call's budget, or None for `default_max_new_tokens` (the config's).
+
+  Raises:
+    ValueError naming the bad value and what is valid.
+  """
+  if isinstance(prompts, np.ndarray):
+    prompts = prompts.tolist()
+  if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+    raise ValueError("prompts must be a non-empty list of token-id lists")
+  if not isinstance(n, int) or n < 1:
+    raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+  max_new = default_max_new_tokens if max_new_tokens is None else max_new_tokens
+  if not isinstance(max_new, (int, np.integer)) or max_new < 1:
+    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new!r}")
+  return prompts, int(max_new)
 
 
 class TeacherForcing(NamedTuple):

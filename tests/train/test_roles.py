@@ -64,6 +64,13 @@ def make_trainer(env, cfg, **kw):
   return trainer
 
 
+def jax_engine(env, tmp_path):
+  """The module's compiled botjax engine, built by a trainer when no test has built it yet."""
+  if "jax" not in env["engines"]:
+    make_trainer(env, base_config(tmp_path / "engine")).close()
+  return env["engines"]["jax"]
+
+
 class Recording:
   """A rollout engine that delegates to botjax's own and records what the trainer gives it; with
   `logp_shift` it reports log-probs off by that much on the generated tokens (an engine whose
@@ -119,7 +126,7 @@ def test_the_engine_is_built_by_name_and_gets_the_parameters_after_each_update(e
 
 def test_an_engine_that_is_not_exact_gets_its_old_logp_recomputed(env, tmp_path):
   t = make_trainer(env, base_config(tmp_path))
-  shifted = Recording(env["engines"]["jax"], logp_shift=0.5)
+  shifted = Recording(jax_engine(env, tmp_path), logp_shift=0.5)
   try:
     exact = t.inspect_batch()
     t.engine = t.collector.engine = shifted
@@ -159,7 +166,7 @@ def test_inspect_batch_moves_nothing_and_shows_the_next_step(env, tmp_path):
 def test_the_collector_can_be_injected(env, tmp_path):
   cfg = base_config(tmp_path, steps=1)
   recipe = C.recipe_for_run(cfg, MathReward(None).spec)
-  engine = env["engines"]["jax"]
+  engine = jax_engine(env, tmp_path)
   collector = RolloutCollector.for_run(cfg, recipe, engine=engine, tokenizer=env["tok"],
                                        prompts=ListPrompts(env["train"][::-1]),
                                        reward_fn=MathReward(None), prompt_fn=prompt_fn)
