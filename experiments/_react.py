@@ -161,3 +161,17 @@ def endpoint(url: str) -> tuple[str, str, int, str]:
   host = "127.0.0.1" if host in ("localhost", "::1", "0.0.0.0") else host
   port = parts.port or (443 if scheme == "https" else 80)
   return scheme, host, port, parts.path.rstrip("/")
+
+
+def curve_plan(mode: str, steps_a, steps_b) -> list[tuple[int, int | None]]:
+  """(step of A, step of B or None for B's final policy) pairs of a curve: head_to_head pairs
+  step 0 and every step both runs saved; against_final pairs step 0 and every step A saved with
+  B's final policy."""
+  if mode == "head_to_head":
+    common = sorted(set(steps_a) & set(steps_b) - {0})
+    if not common:
+      raise UserError(f"--curve=head_to_head: the runs saved no common step (A: {list(steps_a)}, "
+                      f"B: {list(steps_b)}); train both with the same --set=checkpoint_every=N "
+                      "--set=keep_checkpoints=M")
+    return [(0, 0)] + [(k, k) for k in common]
+  return [(0, None)] + [(k, None) for k in sorted(steps_a) if k]

@@ -122,20 +122,6 @@ def run_checkpoints(path: str) -> tuple[str, list[int]]:
   return base, run.checkpoint_steps()
 
 
-def curve_plan(mode: str, steps_a, steps_b) -> list[tuple[int, int | None]]:
-  """(step of A, step of B or None for B's final policy) pairs of a curve: head_to_head pairs
-  step 0 and every step both runs saved; against_final pairs step 0 and every step A saved with
-  B's final policy."""
-  if mode == "head_to_head":
-    common = sorted(set(steps_a) & set(steps_b) - {0})
-    if not common:
-      raise UserError(f"--curve=head_to_head: the runs saved no common step (A: {list(steps_a)}, "
-                      f"B: {list(steps_b)}); train both with the same --set=checkpoint_every=N "
-                      "--set=keep_checkpoints=M")
-    return [(0, 0)] + [(k, k) for k in common]
-  return [(0, None)] + [(k, None) for k in sorted(steps_a) if k]
-
-
 def max_new_tokens(path: str) -> int:
   """--max_new_tokens, else the generation budget saved in the run `path`'s config.json."""
   from botjax.train.rundir import RunDir
@@ -214,7 +200,7 @@ def run():
       base_b, steps_b = run_checkpoints(b)
     else:
       base_b, steps_b = final_policy(b), []
-    plan = curve_plan(FLAGS.curve, steps_a, steps_b)
+    plan = _react.curve_plan(FLAGS.curve, steps_a, steps_b)
   _, test = _react.held_out_prompts(FLAGS.prompts, FLAGS.test_fraction, FLAGS.eval_limit)
   if not test:
     raise UserError("no held-out prompts (more prompts, or another --test_fraction)")

@@ -228,12 +228,12 @@ def test_compare_user_errors_exit_2_with_a_message(compare_error_runs, case):
 
 
 def test_curve_plans_pair_the_right_checkpoints():
-  import importlib.util
+  # from experiments/_react.py, which defines no flags: importing react_compare.py here would
+  # define its absl flags in this worker, and experiments/react.py's (loaded by other tests in
+  # the same worker) would then collide with them
   import sys
   sys.path.insert(0, os.path.join(ROOT, "experiments"))
-  spec = importlib.util.spec_from_file_location("botjax_experiments_react_compare", COMPARE)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
+  import _react as mod
   # head to head: step 0 (both starting policies) and the steps both runs saved, k against k
   assert mod.curve_plan("head_to_head", [10, 20, 30], [20, 30, 40]) == [(0, 0), (20, 20),
                                                                         (30, 30)]
