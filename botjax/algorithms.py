@@ -205,15 +205,15 @@ class Recipe:
   surrogate: Surrogate = Surrogate.CLIP
   agg_mode: losses.AggMode = losses.AggMode.SEQ_MEAN_TOKEN_MEAN
   agg_norm: float | None = None
-  eps_low: float = 0.2
-  eps_high: float = 0.2
+  eps_low: float = 0.2                 # clip 0.2 / 0.2, KL 0.04 (k3), ε 1e-6: the GRPO
+  eps_high: float = 0.2                # backbone's (DeepSeekMath), not stated by BoT-GRPO;
   dual_clip: float | None = None
-  kl_coef: float = 0.04
+  kl_coef: float = 0.04                # sources of every default: docs/defaults.md
   kl_kind: losses.KlKind = losses.KlKind.K3
   adv_eps: float = 1e-6
   grpo_scale: adv.GrpoScale = adv.GrpoScale.GROUP
   grpo_ddof: int = 1
-  w_global: float = 3.0
+  w_global: float = 3.0                # BoT-GRPO eq. 8 (AIME): w_g = 3.0, w_s = 0.5
   w_local: float = 0.5
   dynamic_sampling: bool = False
   max_resample_rounds: int = 0

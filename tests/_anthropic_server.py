@@ -18,9 +18,8 @@ of the reply) and `max_in_flight` is the most requests held at once.
 import base64
 import binascii
 import itertools
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from _loopback_server import LoopbackServer, content_text, texts, user_text  # noqa: F401
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -77,106 +76,36 @@ def _invalid(body, version):
   return None
 
 
-class AnthropicServer:
+class AnthropicServer(LoopbackServer):
 
   api = "anthropic"
+  reply_headers = (("request-id", lambda: f"req_test{next(_ids):06d}"),)
 
-  def __init__(self, responder, *, api_key=None):
-    self.responder = responder
-    self.api_key = api_key
-    self.requests = []
-    self.in_flight = self.max_in_flight = 0
-    self._lock = threading.Lock()
-    server = self
-
-    class Handler(BaseHTTPRequestHandler):
-
-      def log_message(self, *args):
-        pass
-
-      def _send(self, status, payload, headers=()):
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("request-id", f"req_test{next(_ids):06d}")
-        for name, value in dict(headers).items():
-          self.send_header(name, value)
-        self.end_headers()
-        try:
-          self.wfile.write(data)
-        except BrokenPipeError:  # the client gave up (a timeout)
-          pass
-
-      def do_POST(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        record = {"path": self.path, "headers": headers, "body": None, "status": None}
-        with server._lock:
-          server.requests.append(record)
-        status, payload, extra = self._answer(raw, headers, record)
-        record["status"] = status
-        self._send(status, payload, extra)
-
-      def _answer(self, raw, headers, record):
-        try:
-          body = json.loads(raw)
-        except ValueError:
-          body = None
-        record["body"] = body       # kept for the tests even when the request is refused
-        if self.path.split("?")[0] != "/v1/messages":
-          return (*error(404, f"Not found: {self.path}"), ())
-        version = headers.get("anthropic-version")
-        if not version:
-          return (*error(400, "anthropic-version: header is required"), ())
-        key = headers.get("x-api-key")
-        if key is None and headers.get("authorization", "").startswith("Bearer "):
-          key = headers["authorization"][len("Bearer "):]
-        if not key:
-          return (*error(401, "x-api-key header is required"), ())
-        if server.api_key is not None and key != server.api_key:
-          return (*error(401, "invalid x-api-key"), ())
-        if not isinstance(body, dict):
-          return (*error(400, "There was an issue with your request body: invalid JSON"), ())
-        problem = _invalid(body, version)
-        if problem:
-          return (*error(400, problem), ())
-        with server._lock:
-          server.in_flight += 1
-          server.max_in_flight = max(server.max_in_flight, server.in_flight)
-        try:
-          out = server.responder(body)
-        finally:
-          with server._lock:
-            server.in_flight -= 1
-        if isinstance(out, tuple):
-          return out if len(out) == 3 else (*out, ())
-        return 200, {"id": f"msg_test{next(_ids):06d}", "type": "message", "role": "assistant",
-                     "model": body["model"], "content": [{"type": "text", "text": out}],
-                     "stop_reason": "end_turn", "stop_sequence": None,
-                     "usage": {"input_tokens": 1, "output_tokens": 1}}, ()
-
-    self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.httpd.daemon_threads = True
-    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-    self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-    self._thread.start()
-
-  def close(self):
-    self.httpd.shutdown()
-    self.httpd.server_close()
-
-
-def texts(body):
-  """All text of a Messages request's turns (string contents and text blocks), not `system`."""
-  out = []
-  for msg in body["messages"]:
-    content = msg["content"]
-    if isinstance(content, str):
-      out.append(content)
-    else:
-      out.extend(b["text"] for b in content if b["type"] == "text")
-  return "\n".join(out)
+  def answer(self, path, headers, body):
+    if path.split("?")[0] != "/v1/messages":
+      return (*error(404, f"Not found: {path}"), ())
+    version = headers.get("anthropic-version")
+    if not version:
+      return (*error(400, "anthropic-version: header is required"), ())
+    key = headers.get("x-api-key")
+    if key is None and headers.get("authorization", "").startswith("Bearer "):
+      key = headers["authorization"][len("Bearer "):]
+    if not key:
+      return (*error(401, "x-api-key header is required"), ())
+    if self.api_key is not None and key != self.api_key:
+      return (*error(401, "invalid x-api-key"), ())
+    if not isinstance(body, dict):
+      return (*error(400, "There was an issue with your request body: invalid JSON"), ())
+    problem = _invalid(body, version)
+    if problem:
+      return (*error(400, problem), ())
+    out = self.call_responder(body)
+    if isinstance(out, tuple):
+      return out if len(out) == 3 else (*out, ())
+    return 200, {"id": f"msg_test{next(_ids):06d}", "type": "message", "role": "assistant",
+                 "model": body["model"], "content": [{"type": "text", "text": out}],
+                 "stop_reason": "end_turn", "stop_sequence": None,
+                 "usage": {"input_tokens": 1, "output_tokens": 1}}, ()
 
 
 def image_bytes(body):
@@ -187,12 +116,4 @@ def image_bytes(body):
 
 def system_text(body):
   """The request's system prompt ("" without one)."""
-  system = body.get("system", "")
-  return system if isinstance(system, str) else "".join(b["text"] for b in system)
-
-
-def user_text(body):
-  """The text of the last user turn."""
-  content = body["messages"][-1]["content"]
-  return content if isinstance(content, str) else "\n".join(
-      b["text"] for b in content if b["type"] == "text")
+  return content_text(body.get("system", ""), sep="")

@@ -26,6 +26,9 @@ FLOORS = {
     "botjax.algorithms": 3, "botjax.data": 3,
     "botjax.models": 4,
     "botjax.sampling": 5,
+    # the multi-process runtime (joining, rows per process, gathers): reads models.sharding's
+    # mesh specs; the collector, the evaluation and the experiments call it
+    "botjax.distributed": 5,
     "botjax.rewards": 6,
     "botjax.train": 7,
     "botjax.testbeds": 8,

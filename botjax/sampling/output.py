@@ -1,13 +1,16 @@
 """What an engine returns: `SampleOutput` (B = P·n completions with their log-probs), its
-`TeacherForcing` inputs and the finish reasons. Every engine (`botjax.sampling.engine`) and
-every consumer of rollouts imports them from here."""
+`TeacherForcing` inputs and the finish reasons; and `generate_args`, the check of a `generate`
+call's arguments that every engine makes. Every engine (`botjax.sampling.engine`) and every
+consumer of rollouts imports them from here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from botjax.sampling.buckets import positions_from_mask
@@ -16,10 +19,46 @@ FINISH_STOP = 0      # the row emitted an EOS / stop token (kept as its last tok
 FINISH_LENGTH = 1    # the row reached max_new_tokens
 
 
+def generate_args(prompts, n, max_new_tokens, default_max_new_tokens):
+  """The checked arguments of `RolloutEngine.generate`: (prompts as P lists, max_new: int).
+
+  Args:
+    prompts: P >= 1 token-id sequences (lists, tuples or a 2-D array); a str is refused.
+    n: samples per prompt, an int >= 1.
+    max_new_tokens: the call's budget, or None for `default_max_new_tokens` (the config's).
+
+  Raises:
+    ValueError naming the bad value and what is valid.
+  """
+  if isinstance(prompts, np.ndarray):
+    prompts = prompts.tolist()
+  if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+    raise ValueError("prompts must be a non-empty list of token-id lists")
+  if not isinstance(n, int) or n < 1:
+    raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+  max_new = default_max_new_tokens if max_new_tokens is None else max_new_tokens
+  if not isinstance(max_new, (int, np.integer)) or max_new < 1:
+    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new!r}")
+  return prompts, int(max_new)
+
+
+def extra_stop_ids(stop_token_ids, num_prompts: int, vocab_size: int) -> list[list[int]]:
+  """A `generate` call's per-prompt extra stop ids, checked: P lists of ids in [0, vocab_size)
+  (P empty lists when `stop_token_ids` is None). Raises ValueError naming the bad list."""
+  extra = ([list(s) for s in stop_token_ids] if stop_token_ids is not None
+           else [[] for _ in range(num_prompts)])
+  if len(extra) != num_prompts:
+    raise ValueError(f"stop_token_ids has {len(extra)} lists for {num_prompts} prompts")
+  for i, s in enumerate(extra):
+    if any(not 0 <= t < vocab_size for t in s):
+      raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab_size})")
+  return extra
+
+
 class TeacherForcing(NamedTuple):
   """Inputs that reproduce a `SampleOutput`'s log-probs with a full forward pass.
 
-  `botjax.sampling.completion_logprobs(model, out, temperature=τ)` does all of this and
+  `botjax.sampling.sample_logprobs(model, out, temperature=τ)` does all of this and
   returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
   input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
   `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
@@ -71,7 +110,7 @@ class SampleOutput:
     """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
 
     Shapes as in `TeacherForcing` (L = Lp + T). For the completion log-probs under other
-    parameters, `botjax.sampling.completion_logprobs(model, self, temperature=τ)`.
+    parameters, `botjax.sampling.sample_logprobs(model, self, temperature=τ)`.
     """
     input_ids = jnp.concatenate([self.prompt_ids, self.tokens], axis=1)
     attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)

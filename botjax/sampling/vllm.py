@@ -66,7 +66,8 @@ from botjax.models import families
 from botjax.models.logprobs import token_logprobs
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
+                                    generate_args)
 
 log = logging.getLogger(__name__)
 
@@ -787,16 +788,7 @@ class VLLMEngine:
     prompt columns and completion columns bucketed as `Sampler` buckets them.
     """
     cfg = self.config
-    if isinstance(prompts, np.ndarray):
-      prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
-      raise ValueError("prompts must be a non-empty list of token-id lists")
-    if not isinstance(n, int) or n < 1:
-      raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
-    max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if not isinstance(max_new, (int, np.integer)) or max_new < 1:
-      raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new!r}")
-    max_new = int(max_new)
+    prompts, max_new = generate_args(prompts, n, max_new_tokens, cfg.max_new_tokens)
     vocab = self.model_config.vocab_size
     prompts = [list(map(int, p)) for p in prompts]
     for i, p in enumerate(prompts):
@@ -806,12 +798,7 @@ class VLLMEngine:
       if bad:
         raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
     num = len(prompts)
-    extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
-    if len(extra) != num:
-      raise ValueError(f"stop_token_ids has {len(extra)} lists for {num} prompts")
-    for i, s in enumerate(extra):
-      if any(not 0 <= t < vocab for t in s):
-        raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab})")
+    extra = extra_stop_ids(stop_token_ids, num, vocab)
     stops = [list(dict.fromkeys(list(cfg.all_stop_ids) + s)) for s in extra]
     lp = bucket_size(max(len(p) for p in prompts), cfg.prompt_len_buckets,
                      minimum=cfg.min_len_bucket, name="prompt length")

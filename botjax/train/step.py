@@ -114,7 +114,7 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
   return graphdef, params, rest
 
 
-def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
+def split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
                         completion_len: int, temperature: float = 1.0, chunk: int = 128,
                         num_prompts: int = 0):
   """`botjax.models.logprobs.completion_logprobs` of the split model (differentiable in params).
@@ -189,7 +189,7 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
   use_ref = recipe.kl_coef > 0
 
   def mb_loss(params):
-    logp, ent = completion_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
+    logp, ent = split_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
                                     mb.attention_mask, completion_len=T,
                                     temperature=temperature, chunk=chunk,
                                     num_prompts=num_prompts)
@@ -282,7 +282,7 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
     temperature: scoring temperature (same as sampling).
     chunk: completion positions per log-prob chunk.
     num_prompts: U > 0 shares each prompt's forward pass among the rows of a micro-batch
-      that hold it (`completion_logprobs`); U must be at least the number of distinct
+      that hold it (`split_logprobs`); U must be at least the number of distinct
       prompts in any micro-batch (`prompt_slots`). 0 = no sharing.
 
   Returns:
@@ -390,10 +390,10 @@ class ParallelUpdate:
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
   """Jitted `(params, input_ids, positions, attention_mask, T, U=0) -> (logp, entropy)`.
 
-  U is `completion_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is.
+  U is `split_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is.
   """
   def fn(params, input_ids, positions, attention_mask, completion_len, num_prompts=0):
-    return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
+    return split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk, num_prompts=num_prompts)
   return xla_cpu.jit(fn, static_argnums=(4, 5))

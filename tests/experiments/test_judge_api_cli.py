@@ -108,10 +108,7 @@ def react_runs(tmp_path_factory, servers):
       "training judges": [f"--judge={good.url}", "--judge_api=anthropic",
                           "--judge_model=claude-code", f"--vlm_judge={refusing.url}",
                           "--vlm_judge_api=anthropic", "--vlm_judge_model=claude-vlm"],
-      "pairwise judge": ["--compare=/nonexistent/a,/nonexistent/b",
-                         f"--pairwise_judge={good.url}", "--pairwise_judge_api=anthropic",
-                         "--pairwise_judge_model=claude-pair"],
-      "bad code prompt": [f"--judge={good.url}", "--judge_api=anthropic",
+      "bad code prompt": ["--judges=code", f"--judge={good.url}", "--judge_api=anthropic",
                           "--judge_model=claude-never", f"--judge_prompt=code={work / 'code.txt'}"],
       "help": ["--help"],     # last: in one interpreter a case after --help meets absl's
                               # DuplicateFlagError
@@ -119,7 +116,18 @@ def react_runs(tmp_path_factory, servers):
   runs = run_script_cases("experiments/react.py",
                           [["--model=tiny", "--steps=1", f"--workdir={work / str(i)}", *args]
                            for i, args in enumerate(cases.values())], timeout=300, env=ENV)
-  return work, dict(zip(cases, runs))
+  compare_cases = {
+      "pairwise judge": ["--runs=/nonexistent/a,/nonexistent/b", f"--pairwise_judge={good.url}",
+                         "--pairwise_judge_api=anthropic", "--pairwise_judge_model=claude-pair"],
+      "help": ["--help"],
+  }
+  compare = run_script_cases("experiments/react_compare.py",
+                             [[f"--workdir={work / ('c' + str(i))}", *args]
+                              for i, args in enumerate(compare_cases.values())],
+                             timeout=300, env=ENV)
+  runs = dict(zip(cases, runs))
+  runs.update({f"compare {k}": r for k, r in zip(compare_cases, compare)})
+  return work, runs
 
 
 @pytest.mark.xdist_group("judge_api_cli")
@@ -128,7 +136,11 @@ def test_react_judge_checks_go_through_the_chosen_api(react_runs, servers):
   work, runs = react_runs
   h = runs["help"]
   assert h.returncode == 0
-  for flag in ("judge_api", "vlm_judge_api", "pairwise_judge_api", "judge_prompt"):
+  for flag in ("judge_api", "vlm_judge_api", "judge_prompt"):
+    assert f"--{flag}:" in h.stdout, flag
+  h = runs["compare help"]
+  assert h.returncode == 0
+  for flag in ("pairwise_judge_api", "judge_prompt"):
     assert f"--{flag}:" in h.stdout, flag
   # the code judge's check passed through the Messages API; the VLM judge's key was refused
   r = runs["training judges"]
@@ -138,8 +150,8 @@ def test_react_judge_checks_go_through_the_chosen_api(react_runs, servers):
   assert _is_ping(good, check, "anthropic")
   assert [q["status"] for q in _checks(refusing, "claude-vlm")] == [401]
   assert not (work / "1").exists()      # refused before the warm start
-  # --compare checks its pairwise judge the same way, then stops at the missing runs
-  r = runs["pairwise judge"]
+  # react_compare.py checks its pairwise judge the same way, then stops at the missing runs
+  r = runs["compare pairwise judge"]
   assert r.returncode == 2 and "/nonexistent/" in r.stderr, r.stderr[-2000:]
   [check] = _checks(good, "claude-pair")
   assert _is_ping(good, check, "anthropic")

@@ -27,7 +27,7 @@ from flax import nnx
 import botjax.models as bm
 from botjax import algorithms, losses, metrics
 from botjax.sampling import FINISH_LENGTH, FINISH_STOP, SamplingConfig, make_engine
-from botjax.sampling import completion_logprobs
+from botjax.sampling import sample_logprobs
 from botjax.train import step as step_lib
 
 from _util import ROOT
@@ -147,7 +147,7 @@ def test_sampled_contract_seeds_and_logprobs_match_the_trainer(model, engine):
   np.testing.assert_array_equal(np.asarray(again.tokens), np.asarray(out.tokens))   # same key
   assert not np.array_equal(np.asarray(other.tokens), np.asarray(out.tokens))
   # vLLM's log-probs of its sampled tokens are the trainer's (float32, same weights)
-  train, _ = completion_logprobs(model, out, temperature=SAMPLED.logp_temperature)
+  train, _ = sample_logprobs(model, out, temperature=SAMPLED.logp_temperature)
   m = metrics.logp_mismatch(train, out.logp, out.mask)
   assert float(m["max_abs_diff"]) < 1e-4 and float(m["outside_frac"]) == 0.0
   assert float(m["tokens"]) == float(np.asarray(out.mask).sum()) > 20
@@ -160,7 +160,7 @@ def one_update(model, out, lr):
   tf = out.teacher_forcing()
   graphdef, params, rest = step_lib.split_model(model)
   t = out.tokens.shape[1]
-  old, _ = step_lib.completion_logprobs(graphdef, params, rest, tf.input_ids, tf.positions,
+  old, _ = step_lib.split_logprobs(graphdef, params, rest, tf.input_ids, tf.positions,
                                         tf.attention_mask, completion_len=t)
   mask = out.mask
   even = jnp.where(mask, out.tokens % 2 == 0, False).sum(-1)
@@ -197,7 +197,7 @@ def test_sync_after_an_update_changes_output_and_matches_the_trainer(model, engi
   # the same prompts again (prefix cache reset): log-probs are the updated trainer's
   graphdef, _, rest = step_lib.split_model(model)
   updated = nnx.merge(graphdef, new_params, rest)
-  train, _ = completion_logprobs(updated, after, temperature=1.0)
+  train, _ = sample_logprobs(updated, after, temperature=1.0)
   np.testing.assert_allclose(np.asarray(after.logp), np.asarray(train), atol=1e-4)
   jx = make_engine("jax", updated, GREEDY).generate(PROMPTS, jax.random.key(0), n=1)
   np.testing.assert_array_equal(np.asarray(after.tokens), np.asarray(jx.tokens))
@@ -249,7 +249,7 @@ def test_bfloat16_engine_gap_metrics_and_correction(bf16, tmp_path):
   gap = eng.probe_gap()
   assert 1e-6 < gap.mean() <= PROBE_ATOL["bfloat16"]          # a real gap, within tolerance
   out = eng.generate(PROMPTS, jax.random.key(2), n=8)
-  train, _ = completion_logprobs(m, out, temperature=1.0)
+  train, _ = sample_logprobs(m, out, temperature=1.0)
   mm = {k: float(v) for k, v in metrics.logp_mismatch(train, out.logp, out.mask).items()}
   assert 1e-6 < mm["mean_abs_diff"] <= mm["max_abs_diff"] < 0.1 and mm["outside_frac"] == 0.0
   w = np.asarray(losses.tis_weights(train, out.logp, out.mask, cap=2.0))

@@ -34,7 +34,7 @@ def engine_batch(model, seed=0):
   pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
   mask = attn[:, LP:]
   graphdef, params, rest = step_lib.split_model(model)
-  logp, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
+  logp, _ = step_lib.split_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
   old = np.where(mask, np.asarray(logp), 0.0).astype(np.float32)
   behaviour = np.where(mask, old + rng.normal(0.0, 0.7, size=(B, T)), 0.0).astype(np.float32)
   adv = np.where(mask, rng.normal(size=(B, T)), 0.0).astype(np.float32)
