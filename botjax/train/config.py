@@ -39,6 +39,11 @@ class RolloutConfig:
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
   engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES
+  # keyword arguments of that engine's factory (`make_engine(engine, ..., **options)`), as
+  # (name, value) pairs: e.g. vLLM's url (a `vllm serve` server instead of a colocated engine),
+  # gpu_memory_utilization, sleep_level, kv_cache_bytes, dtype. On the command line:
+  # --set=rollout.engine_options.url=http://HOST:8000 (values parsed as JSON, else a string).
+  engine_options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,6 +199,10 @@ def _set(cfg, path: list[str], text: str, full: str):
     value = _parse_recipe_value(path[1], text)
     kept = tuple((k, v) for k, v in cfg.recipe_overrides if k != path[1])
     return dataclasses.replace(cfg, recipe_overrides=kept + ((path[1], value),))
+  if head == "engine_options" and len(path) == 2 and "engine_options" in fields:
+    value = _parse_option(text)
+    kept = tuple((k, v) for k, v in cfg.engine_options if k != path[1])
+    return dataclasses.replace(cfg, engine_options=kept + ((path[1], value),))
   if head not in fields:
     raise ValueError(f"--set {full}: unknown field {head!r} of {type(cfg).__name__}; valid: "
                      f"{', '.join(sorted(fields))}")
@@ -204,6 +213,14 @@ def _set(cfg, path: list[str], text: str, full: str):
   if not dataclasses.is_dataclass(sub):
     raise ValueError(f"--set {full}: {head!r} is not a nested config")
   return dataclasses.replace(cfg, **{head: _set(sub, path[1:], text, full)})
+
+
+def _parse_option(text: str):
+  """An engine option's value: JSON (numbers, true/false, null), else the text itself."""
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError:
+    return text
 
 
 def _parse_recipe_value(name: str, text: str):

@@ -79,8 +79,17 @@ class RLTrainer:
       raise ValueError(f"the given engine's config {engine.config} differs from the run's "
                        f"{self.sampling}")
     self._owns = (engine is None, collector is None)   # what close() stops
-    self.engine = engine or make_engine(r.engine, model, self.sampling, mesh=mesh, **(
-        {"host_threads": cfg.host_threads} if cfg.host_threads else {}))
+    if engine is None:
+      options = {**({"host_threads": cfg.host_threads} if cfg.host_threads else {}),
+                 **dict(r.engine_options)}
+      try:
+        engine = make_engine(r.engine, model, self.sampling, mesh=mesh, **options)
+      except TypeError as e:
+        if not r.engine_options:
+          raise
+        raise ValueError(f"rollout.engine_options {dict(r.engine_options)} for the "
+                         f"{r.engine!r} engine: {e}") from e
+    self.engine = engine
     self.recipe = recipe_for_run(cfg, collector.spec if collector else reward_spec(reward_fn),
                                  exact_logp=self.engine.exact_logp)
 
