@@ -21,6 +21,14 @@ stops early: mean 63.8 there), and generated tokens per second are printed as we
   python benchmarks/rl_step.py                  # 4 warm-up + 8 timed iterations per side
   python benchmarks/rl_step.py --iters 3 --warmup 1
   python benchmarks/rl_step.py --model wide     # 2.6 M parameters: compute rather than dispatch
+  python benchmarks/rl_step.py --model wide --engine vllm --vllm-python .venv-vllm/bin/python
+
+`--engine vllm` adds a third side: botjax's `RLTrainer` with vLLM generating
+(`rollout.engine="vllm"`, colocated, weights pushed and probe-checked after every update, the
+PPO ratio's old log-probs recomputed by the trainer), in the interpreter of `--vllm-python` (the
+environment of `scripts/setup_vllm.sh`: vLLM pins its own torch and transformers). The three
+sides run in lockstep, each iteration in a rotating order. vLLM's CPU attention has no kernels
+for head size 24, so it needs `--model wide` (head size 64).
 
 Each side runs in a fresh process of this script (`--no-separate` runs both in this one). In one
 process the TRL side took 0.88-1.06 s per iteration after the botjax side, against 0.72-0.76 s
@@ -209,7 +217,7 @@ def make_reward():
 
 # -- botjax ----------------------------------------------------------------------------------
 
-def bench_botjax(model_dir, records, args, workdir):
+def bench_botjax(model_dir, records, args, workdir, engine: str = "jax"):
   from botjax import models
   from botjax.rewards import RewardResult
   from botjax.train.config import RewardConfig, RolloutConfig, TrainConfig, OptimConfig
@@ -225,11 +233,11 @@ def bench_botjax(model_dir, records, args, workdir):
       recipe="grpo", recipe_overrides=(("kl_coef", 0.0),),
       optim=OptimConfig(learning_rate=1e-6),
       rollout=RolloutConfig(prompts_per_step=args.prompts, group_size=args.group,
-                            max_new_tokens=args.new_tokens, temperature=1.0),
+                            max_new_tokens=args.new_tokens, temperature=1.0, engine=engine),
       reward=RewardConfig(kind="inline"), steps=args.warmup + args.iters, seed=args.seed,
       checkpoint_every=0, eval_every=0, tensorboard=False, progress=False,
       share_prompts=args.share_prompts, host_threads=args.host_threads,
-      workdir=os.path.join(workdir, "botjax-run"))
+      workdir=os.path.join(workdir, f"botjax-{engine}-run"))
   t0 = time.perf_counter()
   model = models.load_pretrained(model_dir)
   tok = models.load_tokenizer(model_dir)
@@ -247,7 +255,7 @@ def bench_botjax(model_dir, records, args, workdir):
       m["faults"] = _minor_faults() - faults
       control.done()
       m["tokens"] = m["response_length"] * args.prompts * args.group
-      print(f"  botjax iter {i}{' (warm-up)' if i < args.warmup else ''}: {m['step_s']:.3f} s "
+      print(f"  {SIDE_NAMES[engine]:6s} iter {i}{' (warm-up)' if i < args.warmup else ''}: {m['step_s']:.3f} s "
             f"(generate {m['generate_s']:.3f}, reward {m['reward_s']:.3f}, "
             f"advantages+update {m['update_s']:.3f}), mean length {m['response_length']:.1f}, "
             f"{m['faults']:.0f} page faults", flush=True)
@@ -348,12 +356,20 @@ def bench_trl(model_dir, records, args, workdir):
 
 # -- report ----------------------------------------------------------------------------------
 
-def _run_side(side: str, tmp: str, digest: str) -> dict:
+# A side's name in --side and in the result files (botjax's trainer per rollout engine, TRL)
+SIDE_NAMES = {"botjax": "botjax", "jax": "botjax", "vllm": "botjax+vLLM", "trl": "TRL"}
+
+
+def _side_cmd(side: str, args) -> list[str]:
+  """The interpreter and arguments of a fresh process running `side`."""
+  python = (args.vllm_python or sys.executable) if side == "vllm" else sys.executable
+  # this run's own flags, then the side (argparse: the last value wins)
+  return [python, os.path.abspath(__file__), *sys.argv[1:], "--side", side]
+
+def _run_side(side: str, tmp: str, digest: str, args) -> dict:
   """Runs one side in a fresh process of this script; returns its {setup_s, warm, timed}."""
   out = os.path.join(tmp, f"{side}.json")
-  # this run's own flags, then the side and the result file (argparse: the last value wins)
-  cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--side", side,
-         "--json-out", out]
+  cmd = _side_cmd(side, args) + ["--json-out", out]
   proc = subprocess.run(cmd)
   if proc.returncode:
     raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
@@ -367,24 +383,23 @@ def _side_result(side: str, out: str, digest: str) -> dict:
   if got["digest"] != digest:
     raise SystemExit(f"the {side} side built a different model/tokenizer ({got['digest']} vs "
                      f"{digest}): the comparison would not be like for like")
-  return got["results"]["botjax" if side == "botjax" else "TRL"]
+  return got["results"][SIDE_NAMES[side]]
 
 
-def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
-  """Runs both sides in fresh processes, one iteration at a time, alternately.
+def _run_lockstep(tmp: str, digest: str, n_steps: int, sides: list[str], args) -> dict:
+  """Runs the sides in fresh processes, one iteration at a time, in turn.
 
-  Each side waits for a go before every iteration and reports when it is done, so the two
-  never run at once and the machine's slow drifts (20-40% over minutes here) reach both sides
-  alike; which side goes first alternates from one iteration to the next.
+  Each side waits for a go before every iteration and reports when it is done, so no two run
+  at once and the machine's slow drifts (20-40% over minutes here) reach every side alike; the
+  order rotates from one iteration to the next (with two sides: alternates).
   """
   procs = {}
   try:
-    for side in ("botjax", "trl"):
+    for side in sides:
       go_r, go_w = os.pipe()
       done_r, done_w = os.pipe()
       out = os.path.join(tmp, f"{side}.json")
-      cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--side", side,
-             "--json-out", out, "--control-fds", f"{go_r},{done_w}"]
+      cmd = _side_cmd(side, args) + ["--json-out", out, "--control-fds", f"{go_r},{done_w}"]
       proc = subprocess.Popen(cmd, pass_fds=(go_r, done_w))
       os.close(go_r)
       os.close(done_w)
@@ -398,7 +413,8 @@ def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
     for side in procs:
       expect(side, b"r")                        # both set up before the first iteration
     for i in range(n_steps):
-      for side in (("botjax", "trl") if i % 2 == 0 else ("trl", "botjax")):
+      k = i % len(sides)
+      for side in sides[k:] + sides[:k]:
         os.write(procs[side][1], b"g")
         expect(side, b"d")
     results = {}
@@ -406,7 +422,7 @@ def _run_lockstep(tmp: str, digest: str, n_steps: int) -> dict:
       os.close(go_w)
       if proc.wait():
         raise SystemExit(f"the {side} side failed (exit {proc.returncode}): {' '.join(cmd)}")
-      results["botjax" if side == "botjax" else "TRL"] = _side_result(side, out, digest)
+      results[SIDE_NAMES[side]] = _side_result(side, out, digest)
     return results
   finally:
     for proc, *_ in procs.values():
@@ -435,7 +451,14 @@ def main() -> None:
                       help="c of the embedding edit that keeps EOS/pad from being sampled "
                            "(default 0.5 for --model=tiny, 2 for wide; 0 = unedited random "
                            "model; completions may then stop early)")
-  parser.add_argument("--side", choices=("both", "botjax", "trl"), default="both")
+  parser.add_argument("--side", choices=("both", "botjax", "vllm", "trl"), default="both",
+                      help="both: every side of this run (botjax, with --engine vllm botjax+vLLM, "
+                           "TRL); one of them: that side alone")
+  parser.add_argument("--engine", choices=("jax", "vllm"), default="jax",
+                      help="vllm: add botjax's trainer with vLLM generating as a third side")
+  parser.add_argument("--vllm-python", default="",
+                      help="interpreter of the botjax+vLLM side (scripts/setup_vllm.sh's "
+                           "environment; default: this one)")
   parser.add_argument("--tune-allocator", action=argparse.BooleanOptionalAction, default=True,
                       help="call botjax.xla_cpu.tune_host_allocator() first (both sides "
                            "run with it; --no-tune-allocator measures glibc's defaults)")
@@ -474,6 +497,14 @@ def main() -> None:
     parser.error("--iters and --rounds must be >= 1 and --warmup >= 0")
   if args.host_threads < 0:
     parser.error(f"--host-threads must be >= 0 (0 = automatic), got {args.host_threads}")
+  if args.side == "vllm" and args.engine != "vllm":
+    args.engine = "vllm"
+  if args.engine == "vllm" and args.model == "tiny":
+    parser.error("--engine vllm needs --model wide: vLLM's CPU attention has no kernels for "
+                 "--model tiny's head size 24 (wide: 64)")
+  if args.vllm_python and not os.access(args.vllm_python, os.X_OK):
+    parser.error(f"--vllm-python {args.vllm_python!r} is not an executable interpreter; "
+                 "scripts/setup_vllm.sh prints its environment's python")
 
   from botjax import xla_cpu
   # before JAX starts its threads; both sides share it
@@ -492,7 +523,7 @@ def main() -> None:
     import trl
     versions += f", trl {trl.__version__}, accelerate {accelerate.__version__}"
   except ImportError:
-    if args.side != "botjax":
+    if args.side in ("both", "trl"):
       raise SystemExit("TRL is not installed: pip install -e .[bench]  (or run --side botjax)")
   print(f"machine: {_cpu_model()}, {os.cpu_count()} cores, load average {_loadavg()}")
   busy_fractions = []
@@ -533,6 +564,8 @@ def main() -> None:
           f"{'on' if args.share_prompts else 'off'}; host threads "
           f"{args.host_threads or 'automatic (2 on hosts with at most 4 cores)'}")
     results = {}
+    sides = [x for x in ("botjax", "vllm", "trl")
+             if args.side in ("both", x) and (x != "vllm" or args.engine == "vllm")]
     separate = args.side == "both" and args.separate
     rounds = args.rounds if separate else 1
     round_ratios = []
@@ -541,25 +574,29 @@ def main() -> None:
       label = f" (round {rnd + 1} of {rounds})" if rounds > 1 else ""
       if separate and args.lockstep:
         check_busy(f"before both sides{label}")
-        print(f"both sides{label}, each in a fresh process, one iteration at a time, "
-              f"alternately:", flush=True)
-        per_round = _run_lockstep(tmp, digest, n_steps)
-      for side, name, bench in (("botjax", "botjax", bench_botjax), ("trl", "TRL", bench_trl)):
-        if args.side not in ("both", side) or (separate and args.lockstep):
+        print(f"{'both' if len(sides) == 2 else 'all'} sides{label}, each in a fresh process, "
+              f"one iteration at a time, {'alternately' if len(sides) == 2 else 'in turn'}:",
+              flush=True)
+        per_round = _run_lockstep(tmp, digest, n_steps, sides, args)
+      for side in sides:
+        if separate and args.lockstep:
           continue
+        name = SIDE_NAMES[side]
         check_busy(f"before the {name} side{label}")
         if separate:
           print(f"{name} side{label}, in a fresh process:", flush=True)
-          per_round[name] = _run_side(side, tmp, digest)
+          per_round[name] = _run_side(side, tmp, digest, args)
         else:
-          print(f"{name} {'RLTrainer' if side == 'botjax' else 'GRPOTrainer'}:", flush=True)
-          per_round[name] = bench(model_dir, records, args, tmp)
+          print(f"{name} {'GRPOTrainer' if side == 'trl' else 'RLTrainer'}:", flush=True)
+          per_round[name] = (bench_trl(model_dir, records, args, tmp) if side == "trl" else
+                             bench_botjax(model_dir, records, args, tmp,
+                                          engine="vllm" if side == "vllm" else "jax"))
       for name, r in per_round.items():     # the rounds' timed iterations are pooled
         if name in results:
           results[name]["timed"] += r["timed"]
         else:
           results[name] = r
-      if len(per_round) == 2:
+      if "botjax" in per_round and "TRL" in per_round:
         round_ratios.append(_median(per_round["TRL"]["timed"], "step_s")
                             / _median(per_round["botjax"]["timed"], "step_s"))
     if args.json_out:
@@ -571,13 +608,13 @@ def main() -> None:
   busy = any(f > 0.2 for f in busy_fractions)
   print()
   print(f"load average after: {_loadavg()}")
-  print(f"{'':8s} {'s/iter':>8s} {'min':>7s} {'max':>7s} {'generate':>9s} {'reward':>7s} "
+  print(f"{'':11s} {'s/iter':>8s} {'min':>7s} {'max':>7s} {'generate':>9s} {'reward':>7s} "
         f"{'update':>7s} {'mean len':>9s} {'gen tok/s':>10s} {'first iter':>11s}")
   for name, r in results.items():
     t = r["timed"]
     gen_tps = statistics.median(s["tokens"] / s["generate_s"] for s in t)
     first = (r["warm"] or t)[0]["step_s"]
-    print(f"{name:8s} {_median(t, 'step_s'):8.3f} {min(s['step_s'] for s in t):7.3f} "
+    print(f"{name:11s} {_median(t, 'step_s'):8.3f} {min(s['step_s'] for s in t):7.3f} "
           f"{max(s['step_s'] for s in t):7.3f} {_median(t, 'generate_s'):9.3f} "
           f"{_median(t, 'reward_s'):7.3f} {_median(t, 'update_s'):7.3f} "
           f"{statistics.fmean(s['response_length'] for s in t):9.2f} {gen_tps:10.0f} "
@@ -593,7 +630,14 @@ def main() -> None:
     print("botjax per-phase split: " + ", ".join(
         f"{k[:-2]} {v:.3f} s ({100 * v / s:.0f}%)" for k, v in parts.items())
         + f", other {other:.3f} s")
-  if len(results) == 2:
+  if "botjax+vLLM" in results and "botjax" in results:
+    b, v = results["botjax"]["timed"], results["botjax+vLLM"]["timed"]
+    print(f"ratio botjax+vLLM / botjax: {_median(v, 'step_s') / _median(b, 'step_s'):.2f}x per "
+          f"iteration ({_median(v, 'step_s'):.3f} s vs {_median(b, 'step_s'):.3f} s); generate "
+          f"{_median(v, 'generate_s') / _median(b, 'generate_s'):.2f}x, update (with the "
+          f"old log-probs' forward pass) {_median(v, 'update_s') / _median(b, 'update_s'):.2f}x; "
+          f"weight push and probe check {_median(v, 'engine/sync_s'):.3f} s per iteration")
+  if "botjax" in results and "TRL" in results:
     b, t = _median(results["botjax"]["timed"], "step_s"), _median(results["TRL"]["timed"], "step_s")
     ratio = t / b
     print(f"ratio TRL / botjax: {ratio:.2f}x per iteration ({t:.3f} s vs {b:.3f} s); target >= 2x: "

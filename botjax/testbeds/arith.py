@@ -180,7 +180,7 @@ def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.
       sc = dataclasses.replace(trainer.sampling, temperature=temperature,
                                max_new_tokens=max_new_tokens, top_k=0, top_p=1.0)
       cache["engine"] = make_engine(trainer.cfg.rollout.engine, trainer.model(), sc,
-                                    mesh=trainer.mesh)
+                                    mesh=trainer.mesh, **dict(trainer.cfg.rollout.engine_options))
     return evaluate(cache["engine"], trainer.tokenizer, records, correct_fn=correct_fn,
                     params=trainer.full_state(), n=n, key=jax.random.PRNGKey(seed),
                     ks=(1, 2, 4), prompt_fn=prompt_messages)

@@ -16,7 +16,10 @@ to a set of parameters):
             one place where an engine's log-probs are replaced: the trainer passes it when its
             engine's `exact_logp` is False (an engine that scores with other kernels or
             precision, e.g. vLLM); otherwise the engine's `Rollouts.logp` are the PPO ratio's
-            old log-probs as they are.
+            old log-probs as they are. The engine's own log-probs then travel in
+            `RLBatch.behaviour_logp` (read by the truncated importance-sampling correction,
+            `Recipe.tis_cap`), and the gap between the two is measured
+            (`metrics.logp_mismatch`: the `mismatch/*` keys of the step's metrics).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from botjax import algorithms
+from botjax import algorithms, metrics
 from botjax.sampling import positions_from_mask
 from botjax.train.rollouts import PROMPT_TRIM_MULTIPLE, TRIM_MULTIPLE, Rollouts, trim_columns
 from botjax.train.step import RLBatch
@@ -74,13 +77,18 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
     ref_logp: the reference policy's log-probs (`LogpFn`); required when the recipe has a KL
       term, unused otherwise (zeros).
     old_logp: recomputes the behaviour log-probs (`LogpFn`) instead of taking `roll.logp` (an
-      engine whose `exact_logp` is False); None takes them as they are.
+      engine whose `exact_logp` is False); None takes them as they are. When given,
+      `roll.logp` (the engine's) becomes the batch's `behaviour_logp`.
 
   Returns:
     (`RLBatch` of device arrays: input_ids / positions / attention_mask [B, Lp' + T'],
-     old_logp / ref_logp / advantages / loss_mask [B, T'], seq_weights [B];
+     old_logp / ref_logp / advantages / loss_mask [B, T'], seq_weights [B], behaviour_logp
+     [B, T'] when `old_logp` is given (else None);
      info: adv_mean, adv_std, adv_abs_max over the loss tokens, loss_token_fraction = loss
-     tokens / scored tokens).
+     tokens / scored tokens; with `old_logp` also the engine's gap from the trainer over the
+     scored completion tokens (`metrics.logp_mismatch`): mismatch/mean_abs_diff,
+     mismatch/max_abs_diff (|Δ log p|) and mismatch/outside_frac (the share of tokens whose
+     ratio π_train / π_engine lies outside [0.5, 2])).
 
   Raises:
     ValueError: the recipe has a KL term and `ref_logp` is None.
@@ -94,9 +102,13 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
   positions = positions_from_mask(attn)
   T = roll.tokens.shape[1]
   behaviour = roll.logp
+  engine_logp, gap = None, {}
   if old_logp is not None:
     behaviour = np.where(roll.mask, np.asarray(old_logp(input_ids, positions, attn, T)),
                          0.0).astype(np.float32)
+    engine_logp = np.where(roll.mask, roll.logp, 0.0).astype(np.float32)
+    gap = {f"mismatch/{k}": float(v) for k, v in
+           metrics.logp_mismatch(behaviour, engine_logp, roll.mask).items() if k != "tokens"}
   opt = lambda x: None if x is None else jnp.asarray(x)  # noqa: E731
   a = _advantages(
       jnp.asarray(roll.rewards), jnp.asarray(roll.mask), jnp.asarray(roll.group_ids),
@@ -110,7 +122,7 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
       input_ids=jnp.asarray(input_ids), positions=jnp.asarray(positions),
       attention_mask=jnp.asarray(attn), old_logp=jnp.asarray(behaviour),
       ref_logp=jnp.asarray(ref), advantages=a.advantages, loss_mask=a.loss_mask,
-      seq_weights=a.seq_weights)
+      seq_weights=a.seq_weights, behaviour_logp=opt(engine_logp))
   lm = np.asarray(a.loss_mask)
   av = np.asarray(a.advantages)[lm]
   info = {
@@ -118,5 +130,6 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
       "adv_std": float(av.std()) if av.size else 0.0,
       "adv_abs_max": float(np.abs(av).max()) if av.size else 0.0,
       "loss_token_fraction": float(lm.sum() / max(roll.mask.sum(), 1)),
+      **gap,
   }
   return batch, info

@@ -39,6 +39,11 @@ class RolloutConfig:
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
   engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES
+  # keyword arguments of that engine's factory (`make_engine(engine, ..., **options)`), as
+  # (name, value) pairs: e.g. vLLM's url (a `vllm serve` server instead of a colocated engine),
+  # gpu_memory_utilization, sleep_level, kv_cache_bytes, dtype. On the command line:
+  # --set=rollout.engine_options.url=http://HOST:8000 (values parsed as JSON, else a string).
+  engine_options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,6 +199,10 @@ def _set(cfg, path: list[str], text: str, full: str):
     value = _parse_recipe_value(path[1], text)
     kept = tuple((k, v) for k, v in cfg.recipe_overrides if k != path[1])
     return dataclasses.replace(cfg, recipe_overrides=kept + ((path[1], value),))
+  if head == "engine_options" and len(path) == 2 and "engine_options" in fields:
+    value = _parse_option(text)
+    kept = tuple((k, v) for k, v in cfg.engine_options if k != path[1])
+    return dataclasses.replace(cfg, engine_options=kept + ((path[1], value),))
   if head not in fields:
     raise ValueError(f"--set {full}: unknown field {head!r} of {type(cfg).__name__}; valid: "
                      f"{', '.join(sorted(fields))}")
@@ -206,6 +215,14 @@ def _set(cfg, path: list[str], text: str, full: str):
   return dataclasses.replace(cfg, **{head: _set(sub, path[1:], text, full)})
 
 
+def _parse_option(text: str):
+  """An engine option's value: JSON (numbers, true/false, null), else the text itself."""
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError:
+    return text
+
+
 def _parse_recipe_value(name: str, text: str):
   from botjax import algorithms  # local: config stays importable without jax
   fields = {f.name: f for f in dataclasses.fields(algorithms.Recipe)}
@@ -215,7 +232,21 @@ def _parse_recipe_value(name: str, text: str):
   return _parse_value(text, hints[name], f"recipe.{name}")
 
 
-def recipe_for_run(cfg: TrainConfig, spec):
+# The truncated importance-sampling cap C (`Recipe.tis_cap`) a run gets when its rollout engine's
+# log-probs are not the trainer's own (vLLM) and its recipe sets none: token-level truncation at
+# C = 2, as verl's rollout correction (`algorithm.rollout_correction.rollout_is: token`,
+# `rollout_is_threshold: 2.0`, docs/algo/rollout_corr.md) and TRL's GRPOConfig when it added the
+# correction (`vllm_importance_sampling_correction=True`, `vllm_importance_sampling_cap=2.0`;
+# later TRL releases default to a sequence-level mask at C = 3), both after Yao et al., "Your
+# Efficient RL Framework Secretly Brings You Off-Policy RL Training" (2025),
+# https://fengyao.notion.site/off-policy-rl.
+ENGINE_TIS_CAP = 2.0
+
+# Built-in engines whose `exact_logp` is False (their log-probs come from other kernels).
+INEXACT_ENGINES = frozenset({"vllm"})
+
+
+def recipe_for_run(cfg: TrainConfig, spec, *, exact_logp: bool | None = None):
   """The run's recipe: `cfg.recipe` adapted to the reward's spec, then `cfg.recipe_overrides`.
 
   A recipe name is looked up with `algorithms.get_recipe`; DAPO's overlong lengths and Dr.
@@ -224,9 +255,16 @@ def recipe_for_run(cfg: TrainConfig, spec):
   max_new_tokens=N)` for lengths that follow the budget). Then `algorithms.recipe_for_reward`
   (a weighted reward is read with w_global = w_local = 1) and the overrides.
 
+  With a rollout engine whose log-probs are not the trainer's (`exact_logp` False: vLLM), a
+  recipe without a `tis_cap` gets `ENGINE_TIS_CAP` (the truncated importance-sampling
+  correction, `losses.tis_weights`); an explicit `recipe.tis_cap` override wins, `None` included
+  (`--set recipe.tis_cap=none` trains without the correction). botjax's own engines leave it off.
+
   Args:
     cfg: the TrainConfig.
     spec: the reward's `botjax.rewards.RewardSpec` (or the reward function).
+    exact_logp: the rollout engine's `exact_logp`; None: from the name `cfg.rollout.engine`
+      (False for the names in `INEXACT_ENGINES`).
 
   Raises:
     ValueError: unknown recipe or field; the reward lacks a signal the recipe reads; or an
@@ -248,6 +286,10 @@ def recipe_for_run(cfg: TrainConfig, spec):
     raise ValueError(f"TrainConfig.recipe must be a recipe name or an algorithms.Recipe, got "
                      f"{cfg.recipe!r}")
   recipe = algorithms.recipe_for_reward(base, spec)
+  if exact_logp is None:
+    exact_logp = cfg.rollout.engine not in INEXACT_ENGINES
+  if not exact_logp and "tis_cap" not in overrides and recipe.tis_cap is None:
+    recipe = dataclasses.replace(recipe, tis_cap=ENGINE_TIS_CAP)
   recipe = dataclasses.replace(recipe, **overrides)
   algorithms.check_reward_inputs(recipe, spec)
   return recipe

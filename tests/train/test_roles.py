@@ -119,6 +119,38 @@ def test_the_engine_is_built_by_name_and_gets_the_parameters_after_each_update(e
     assert "Sampler" not in open(path).read(), path
 
 
+def test_engine_options_reach_the_engine_factory(env, tmp_path):
+  seen = []
+
+  class Borrowed(Recording):
+    def close(self):                     # the module's engine stays open for the other tests
+      pass
+
+  def factory(model, sampling_config, *, mesh=None, **options):
+    seen.append(options)
+    return Borrowed(jax_engine(env, tmp_path))
+
+  register_engine("with_options", factory)
+  try:
+    # as the experiments' --set flags give them: values parsed as JSON, else kept as text
+    cfg = C.apply_overrides(base_config(tmp_path), [
+        "rollout.engine=with_options", "rollout.engine_options.url=http://10.0.0.2:8000",
+        "rollout.engine_options.gpu_memory_utilization=0.5",
+        "rollout.engine_options.sleep_level=1", "rollout.engine_options.sleep_level=2"])
+    assert cfg.rollout.engine_options == (("url", "http://10.0.0.2:8000"),
+                                          ("gpu_memory_utilization", 0.5), ("sleep_level", 2))
+    make_trainer(env, cfg, engine=None).close()
+    assert seen == [{"url": "http://10.0.0.2:8000", "gpu_memory_utilization": 0.5,
+                     "sleep_level": 2}]
+  finally:
+    ENGINES.pop("with_options")
+  # an option the engine does not take: named, with the engine
+  bad = C.apply_overrides(base_config(tmp_path), ["rollout.engine_options.no_such_option=3"])
+  with pytest.raises(ValueError, match=r"rollout.engine_options \{'no_such_option': 3\} for the "
+                                       r"'jax' engine: .*no_such_option"):
+    make_trainer(env, bad, engine=None)
+
+
 def test_an_engine_that_is_not_exact_gets_its_old_logp_recomputed(env, tmp_path):
   t = make_trainer(env, base_config(tmp_path))
   shifted = Recording(jax_engine(env, tmp_path), logp_shift=0.5)

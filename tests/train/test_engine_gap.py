@@ -1,0 +1,159 @@
+"""The trainer with a rollout engine whose log-probs are not its own (`exact_logp` False, as
+vLLM's): the recipe gets the truncated importance-sampling correction unless it says otherwise,
+each step logs the engine's gap from the trainer (`mismatch/*`) and the time of each weight sync
+(`engine/sync_s`), the batch carries the engine's log-probs as `behaviour_logp`, and config.json
+records the cap. botjax's own engine changes none of this.
+
+The inexact engine is botjax's own sampler whose reported log-probs are moved by a known shift
+on the generated tokens, so every logged number has a closed form (vLLM itself: the `vllm`
+tests in tests/sampling/test_vllm_trainer.py).
+"""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from botjax import data, models
+from botjax.rewards import MathReward
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
+from botjax.sampling import make_engine
+from botjax.train import config as C
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
+
+TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  root = tmp_path_factory.mktemp("gap")
+  tok = data.build_tokenizer(str(root / "tok"), TASK, vocab_size=300, num_problems=300)
+  eos = tok.convert_tokens_to_ids("<|im_end|>")
+  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
+                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                            intermediate_size=64, eos_token_id=(eos,),
+                            pad_token_id=tok.pad_token_id, bos_token_id=0)
+  train, _ = data.make_splits(TASK, 40, 4)
+  return {"tok": tok, "cfg": cfg, "train": train, "engine": None}
+
+
+def config(workdir, **overrides):
+  cfg = C.TrainConfig(
+      recipe="grpo", steps=2, seed=0, workdir=str(workdir),
+      recipe_overrides=(("kl_coef", 0.0),) + overrides.pop("recipe_overrides", ()),
+      optim=C.OptimConfig(learning_rate=1e-3),
+      rollout=C.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=128,
+                              max_new_tokens=16, temperature=1.0),
+      reward=C.RewardConfig(workers=1, timeout_s=20.0, kind="inline"),
+      checkpoint_every=0, tensorboard=False, progress=False)
+  return dataclasses.replace(cfg, **overrides)
+
+
+class Shifted:
+  """botjax's sampler reporting log-probs `shift` below its own on the generated tokens: an
+  engine whose log-probs are not the trainer's, with a known gap (π_train / π_engine = e^shift
+  on every token)."""
+
+  def __init__(self, inner, shift: float):
+    self.inner, self.config, self.shift = inner, inner.config, shift
+    self.exact_logp = False
+
+  def generate(self, prompts, key, *, n=1, max_new_tokens=None, stop_token_ids=None):
+    out = self.inner.generate(prompts, key, n=n, max_new_tokens=max_new_tokens,
+                              stop_token_ids=stop_token_ids)
+    return out.replace(logp=out.logp - self.shift * out.mask)
+
+  def set_params(self, params):
+    self.inner.set_params(params)
+
+  def close(self):
+    pass
+
+
+def trainer(env, cfg, shift=None):
+  model = models.Decoder(env["cfg"], rngs=nnx.Rngs(0))
+  if env["engine"] is None:
+    from botjax.sampling import SamplingConfig
+    r = cfg.rollout
+    env["engine"] = make_engine("jax", model, SamplingConfig.for_model(
+        model, env["tok"], max_new_tokens=r.max_new_tokens, temperature=r.temperature))
+  engine = env["engine"] if shift is None else Shifted(env["engine"], shift)
+  return RLTrainer(cfg, model=model, tokenizer=env["tok"], prompts=ListPrompts(env["train"]),
+                   reward_fn=MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5),
+                   prompt_fn=lambda rec: data.chat_messages(rec, data.ARITHMETIC_TEMPLATE),
+                   engine=engine)
+
+
+def run(t):
+  try:
+    rows = [r for r in t.run() if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2]
+    return rows
+  finally:
+    t.close()
+
+
+def test_an_inexact_engine_gets_tis_by_default_and_its_gap_is_logged(env, tmp_path):
+  t = trainer(env, config(tmp_path), shift=1.0)
+  assert t.recipe.tis_cap == C.ENGINE_TIS_CAP == 2.0
+  preview = t.inspect_batch()
+  b, roll = preview.batch, preview.rollouts
+  T = np.asarray(b.old_logp).shape[1]
+  m = roll.mask[:, :T]
+  # behaviour_logp: the engine's own (shifted) log-probs; old_logp: the trainer's recomputation
+  np.testing.assert_allclose(np.asarray(b.behaviour_logp), np.where(m, roll.logp[:, :T], 0.0))
+  np.testing.assert_allclose(np.asarray(b.old_logp)[m], roll.logp[:, :T][m] + 1.0, atol=2e-4)
+  rows = run(t)
+  for r in rows:
+    # |Δ log p| = 1 on every token (to the recomputation's float tolerance); e^1 > 2: all outside
+    assert r["mismatch/mean_abs_diff"] == pytest.approx(1.0, abs=2e-4)
+    assert r["mismatch/max_abs_diff"] == pytest.approx(1.0, abs=2e-4)
+    assert r["mismatch/outside_frac"] == 1.0
+    # min(e^1, C = 2) on every loss token
+    assert r["tis_weight"] == pytest.approx(2.0, rel=1e-6) and r["tis_capped_fraction"] == 1.0
+    assert r["engine/sync_s"] > 0.0 and r["step_s"] >= r["engine/sync_s"] + r["update_s"]
+  saved = json.load(open(tmp_path / "config.json"))
+  assert saved["tis_cap"] == 2.0 and saved["rollout_engine"] == {"class": "Shifted",
+                                                                 "exact_logp": False}
+
+
+def test_the_recipe_chooses_another_cap_or_none(env, tmp_path):
+  t = trainer(env, config(tmp_path / "c3", recipe_overrides=(("tis_cap", 3.0),)), shift=1.0)
+  rows = run(t)
+  assert t.recipe.tis_cap == 3.0
+  assert all(r["tis_weight"] == pytest.approx(math.e, rel=1e-4) for r in rows)   # e < 3
+  cfg = C.apply_overrides(config(tmp_path / "off"), ["recipe.tis_cap=none"])
+  t = trainer(env, cfg, shift=1.0)
+  rows = run(t)
+  assert t.recipe.tis_cap is None and all("tis_weight" not in r for r in rows)
+  assert all(r["mismatch/outside_frac"] == 1.0 for r in rows)     # the gap is still logged
+  assert json.load(open(tmp_path / "off" / "config.json"))["tis_cap"] is None
+
+
+def test_botjax_engine_has_no_correction_and_no_gap(env, tmp_path):
+  t = trainer(env, config(tmp_path))
+  assert t.recipe.tis_cap is None
+  b = t.inspect_batch().batch
+  assert b.behaviour_logp is None
+  rows = run(t)
+  assert all("tis_weight" not in r and not any(k.startswith("mismatch/") for k in r)
+             for r in rows)
+  assert all(r["engine/sync_s"] >= 0.0 for r in rows)
+
+
+def test_recipe_for_run_reads_the_engine_name_when_not_told():
+  from botjax.rewards import MathReward as MR
+  spec = MR(None).spec
+  jax_cfg = config("w")
+  vllm_cfg = dataclasses.replace(jax_cfg, rollout=dataclasses.replace(jax_cfg.rollout,
+                                                                     engine="vllm"))
+  assert C.recipe_for_run(jax_cfg, spec).tis_cap is None
+  assert C.recipe_for_run(vllm_cfg, spec).tis_cap == 2.0
+  assert C.recipe_for_run(jax_cfg, spec, exact_logp=False).tis_cap == 2.0
+  assert C.recipe_for_run(vllm_cfg, spec, exact_logp=True).tis_cap is None
+  explicit = dataclasses.replace(vllm_cfg, recipe_overrides=(("tis_cap", None),))
+  assert C.recipe_for_run(explicit, spec).tis_cap is None
