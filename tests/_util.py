@@ -171,3 +171,15 @@ def pure_credit_loop(x, step_mask, token_step, mask, temp=0.1):
       if mask[i, t] and k in values:
         out[i, t] = sum(e[j] / total * values[j] for j in values if j >= k)
   return out
+
+
+def needs_vllm():
+  """The marks of a test module that needs vLLM: `vllm` (CI runs these in the environment of
+  scripts/setup_vllm.sh), skipped with the reason where vLLM is absent, one xdist worker."""
+  import importlib.util
+  import pytest
+  return [pytest.mark.vllm,
+          pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                             reason="vLLM is not installed here: scripts/setup_vllm.sh creates "
+                             "its environment, and .ci/run runs these tests in it"),
+          pytest.mark.xdist_group("vllm")]

@@ -9,7 +9,6 @@ with the reason elsewhere. Each vLLM start takes about a minute on the 2-core te
 the engines are module fixtures.
 """
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -30,15 +29,9 @@ from botjax.sampling import FINISH_LENGTH, FINISH_STOP, SamplingConfig, make_eng
 from botjax.sampling import sample_logprobs
 from botjax.train import step as step_lib
 
-from _util import ROOT
+from _util import ROOT, needs_vllm
 
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed here: scripts/setup_vllm.sh "
-                       "creates its environment, and .ci/run runs these tests in it"),
-    pytest.mark.xdist_group("vllm"),
-]
+pytestmark = needs_vllm()
 
 EOS, STOP = 2, 3
 PROMPTS = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16, 17]]

@@ -25,19 +25,14 @@ from botjax.train import config as C
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
 
+from _util import tiny_arith
+
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-  root = tmp_path_factory.mktemp("gap")
-  tok = data.build_tokenizer(str(root / "tok"), TASK, vocab_size=300, num_problems=300)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
-                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                            intermediate_size=64, eos_token_id=(eos,),
-                            pad_token_id=tok.pad_token_id, bos_token_id=0)
-  train, _ = data.make_splits(TASK, 40, 4)
+  tok, cfg, train = tiny_arith(tmp_path_factory.mktemp("gap"), TASK)
   return {"tok": tok, "cfg": cfg, "train": train, "engine": None}
 
 

@@ -10,7 +10,6 @@ with the reason elsewhere.
 """
 
 import dataclasses
-import importlib.util
 import json
 import os
 
@@ -18,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 import botjax.models as bm
 from botjax import data
@@ -29,15 +27,9 @@ from botjax.train import config as C
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
 
-from _util import run_script
+from _util import run_script, needs_vllm
 
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed here: scripts/setup_vllm.sh "
-                       "creates its environment, and .ci/run runs these tests in it"),
-    pytest.mark.xdist_group("vllm"),
-]
+pytestmark = needs_vllm()
 
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
