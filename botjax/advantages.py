@@ -362,9 +362,11 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   if weighting == "row":     # a constant group: 0, as GRPO (its tokens may still vary)
     inv = jnp.where(jnp.sqrt(var_g) > eps, inv, 0.0)
   scale = ops.gather_groups(inv, group_ids)                        # [B]
-  mean = ref + ops.gather_groups(m1_g, group_ids)                  # [B] μ_g (ref + 0 if constant)
-  # From r, not x: x then feeds only the reduction and is fused into it, never materialised.
-  return jnp.where(mask, (r - mean[:, None]) * scale[:, None], 0.0)
+  m1 = ops.gather_groups(m1_g, group_ids)                          # [B] μ_g − c_g (0 if constant)
+  # (r − c_g) − (μ_g − c_g), not r − μ_g: c_g + (μ_g − c_g) rounded in float32 loses the digits
+  # of a small spread under a large common offset (rewards near 1000 with spread 0.01 would
+  # take a 1% error). r − c_g is exact for r near c_g and is recomputed inside the fusion.
+  return jnp.where(mask, ((r - ref[:, None]) - m1[:, None]) * scale[:, None], 0.0)
 
 
 def pure_step_credit(local_rewards, step_mask, token_step, mask, *,
