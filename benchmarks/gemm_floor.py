@@ -4,7 +4,7 @@ One RL iteration of `benchmarks/rl_step.py` multiplies activations by the same w
 over: each decode step runs every weight over its rows, and the update runs every weight
 forward and twice backward over all of the batch's tokens. This times only those products, at
 the iteration's shapes, the way botjax runs them on a small CPU host (two halves of the batch
-in two host threads, each program compiled with `botjax._xla_cpu.compiler_options`), with no
+in two host threads, each program compiled with `botjax.xla_cpu.compiler_options`), with no
 attention, normalisation, activation, softmax, sampling or optimizer step. What is left of an
 iteration above these figures is the cost of everything else.
 
@@ -68,8 +68,8 @@ def main() -> None:
   if args.prompts % 2:
     parser.error("--prompts must be even (two halves, as botjax splits the batch)")
 
-  from botjax import _xla_cpu
-  _xla_cpu.tune_host_allocator()        # as rl_step.py does for both sides
+  from botjax import xla_cpu
+  xla_cpu.tune_host_allocator()        # as rl_step.py does for both sides
 
   import jax
   import jax.numpy as jnp
@@ -107,7 +107,7 @@ def main() -> None:
       return out * jnp.float32(1e-3)
     return jax.lax.fori_loop(0, args.new_tokens, step, x)
 
-  dec = jax.jit(decode, compiler_options=_xla_cpu.compiler_options(decode=True))
+  dec = jax.jit(decode, compiler_options=xla_cpu.compiler_options(decode=True))
   wj = [jnp.asarray(w) for w in ws]
   x0 = jnp.zeros((rows, width), jnp.float32)
   dec_flop = 2 * args.new_tokens * sum(2 * rows * a * b for a, b in shapes)
@@ -125,7 +125,7 @@ def main() -> None:
       total += jnp.sum(x @ w) + jnp.sum(dy @ w.T) + jnp.sum(x.T @ dy)
     return total
 
-  upd = jax.jit(update, compiler_options=_xla_cpu.compiler_options())
+  upd = jax.jit(update, compiler_options=xla_cpu.compiler_options())
   xj, dyj = [jnp.asarray(x) for x in xs], [jnp.asarray(d) for d in dys]
   upd_flop = 2 * sum(3 * 2 * tokens * a * b for a, b in shapes)
   t_upd = timed(lambda: list(pool.map(lambda _: upd(wj, xj, dyj).block_until_ready(),

@@ -61,10 +61,10 @@ because the train state is no longer uncommitted after the first update), and it
 three iterations are still 10-30% slower than the steady state (no page faults or compiles
 there; measured, cause not found); the default `--warmup 4` skips them on both sides.
 
-Process set-up, shared by both sides: `botjax._xla_cpu.tune_host_allocator()` runs first
+Process set-up, shared by both sides: `botjax.xla_cpu.tune_host_allocator()` runs first
 (glibc malloc keeps freed memory, so XLA:CPU does not page-fault each execution's buffers
 again; it speeds up the TRL side as well, see `--no-tune-allocator`), and
-botjax's programs compile with `_xla_cpu.compiler_options()` (one thread per XLA op, the
+botjax's programs compile with `xla_cpu.compiler_options()` (one thread per XLA op, the
 memory-optimised schedule, no YNNPACK fusions in the decode loop); both are printed.
 """
 
@@ -213,7 +213,8 @@ def bench_botjax(model_dir, records, args, workdir):
   from botjax import models
   from botjax.rewards import RewardResult
   from botjax.train.config import RewardConfig, RolloutConfig, TrainConfig, OptimConfig
-  from botjax.train.loop import ListPrompts, RLTrainer
+  from botjax.train.loop import RLTrainer
+  from botjax.train.rollouts import ListPrompts
 
   score = make_reward()
 
@@ -436,7 +437,7 @@ def main() -> None:
                            "model; completions may then stop early)")
   parser.add_argument("--side", choices=("both", "botjax", "trl"), default="both")
   parser.add_argument("--tune-allocator", action=argparse.BooleanOptionalAction, default=True,
-                      help="call botjax._xla_cpu.tune_host_allocator() first (both sides "
+                      help="call botjax.xla_cpu.tune_host_allocator() first (both sides "
                            "run with it; --no-tune-allocator measures glibc's defaults)")
   parser.add_argument("--separate", action=argparse.BooleanOptionalAction, default=True,
                       help="with --side both, run each side in a fresh process of this script "
@@ -474,9 +475,9 @@ def main() -> None:
   if args.host_threads < 0:
     parser.error(f"--host-threads must be >= 0 (0 = automatic), got {args.host_threads}")
 
-  from botjax import _xla_cpu
+  from botjax import xla_cpu
   # before JAX starts its threads; both sides share it
-  allocator = _xla_cpu.tune_host_allocator() if args.tune_allocator else False
+  allocator = xla_cpu.tune_host_allocator() if args.tune_allocator else False
 
   import jax
   import torch
@@ -508,8 +509,8 @@ def main() -> None:
             "threads spin at every op) far more than the botjax side, which inflates the ratio. "
             "Compare on an idle machine, or pass --torch-threads 1.", flush=True)
   print(f"versions: python {platform.python_version()}, {versions}")
-  print(f"host allocator: {'freed memory kept for reuse (_xla_cpu.tune_host_allocator)' if allocator else 'unchanged'}; "
-        f"XLA:CPU options of botjax's programs: {_xla_cpu.compiler_options()}")
+  print(f"host allocator: {'freed memory kept for reuse (xla_cpu.tune_host_allocator)' if allocator else 'unchanged'}; "
+        f"XLA:CPU options of botjax's programs: {xla_cpu.compiler_options()}")
 
   n_steps = args.warmup + args.iters
   with tempfile.TemporaryDirectory(prefix="botjax-rl-bench-") as tmp:

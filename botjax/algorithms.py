@@ -11,10 +11,19 @@ A `Recipe` is a frozen, hashable dataclass, so it can be a static argument of `j
   num, den = losses.aggregate(per_token, out.loss_mask, mode=recipe.agg_mode,
                               norm=recipe.agg_norm)      # sum over micro-batches, then divide
 
-`compute_advantages` dispatches on `Recipe.advantage` through `ADVANTAGE_FNS` (one function per
-`AdvantageKind`), `policy_loss` on `Recipe.surrogate`. Every default in `RECIPES` is the paper's
-(or the reference code's) and cites its source; choices the sources leave open are marked
+`compute_advantages` dispatches on `Recipe.advantage` through `ESTIMATORS` (the built-in
+`ADVANTAGE_FNS`, one function per `AdvantageKind`, plus the ones registered with
+`register_estimator`), `policy_loss` on `Recipe.surrogate`. Every default in `RECIPES` is the
+paper's (or the reference code's) and cites its source; choices the sources leave open are marked
 [INFERRED].
+
+A new estimator is a function `(recipe: Recipe, batch: Batch) -> advantages [B, T]` (or [B] for
+a sequence-level one, broadcast to the row's tokens), registered under a name with the reward
+granularity it reads; a recipe then names it like a built-in one, and a saved run config that
+names it resumes once the script has registered it again (docs/extending.md):
+
+  register_estimator("my_adv", my_adv, granularity="sequence")
+  register_recipe(Recipe(name="mine", advantage="my_adv", kl_coef=0.0))  # recipe="mine"
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ class Granularity(enum.StrEnum):
 
 
 class AdvantageKind(enum.StrEnum):
-  """The advantage estimators of `compute_advantages`. Plain strings work too.
+  """The built-in advantage estimators of `compute_advantages`. Plain strings work too (and the
+  names of estimators added with `register_estimator`).
 
   "grpo": group z-score of the sequence reward (`advantages.grpo`, scale per `GrpoScale`);
   "rloo": leave-one-out baseline; "reinforce_pp": REINFORCE++-baseline;
@@ -61,7 +71,7 @@ class AdvantageKind(enum.StrEnum):
   VERIGATE = "verigate"
 
 
-# The granularity each advantage estimator reads.
+# The granularity each built-in advantage estimator reads (`ESTIMATORS` has every estimator's).
 ADVANTAGE_GRANULARITY: dict[AdvantageKind, Granularity] = {
     AdvantageKind.GRPO: Granularity.SEQUENCE,
     AdvantageKind.RLOO: Granularity.SEQUENCE,
@@ -105,6 +115,36 @@ def _parse(recipe_name: str, field: str, cls: type[enum.StrEnum], value) -> enum
                      f"{', '.join(m.value for m in cls)}") from None
 
 
+def _estimator_name(recipe_name: str, advantage, granularity: Granularity | None):
+  """`Recipe.advantage` as stored: an `AdvantageKind`, or a registered estimator's name (a
+  function is registered under "<module>.<qualified name>")."""
+  if callable(advantage) and not isinstance(advantage, str):
+    known = [e.name for e in ESTIMATORS.values() if e.fn is advantage]
+    if known:
+      return known[0]
+    if granularity is None:
+      raise ValueError(f"recipe {recipe_name!r}: the estimator {advantage!r} is not registered; "
+                       f"give its granularity (Recipe(..., granularity='sequence' | 'step' | "
+                       f"'token')) or register it: algorithms.register_estimator(name, fn, "
+                       f"granularity)")
+    name = f"{advantage.__module__}.{advantage.__qualname__}"
+    return register_estimator(name, advantage, granularity, replace=True)
+  try:
+    return AdvantageKind(advantage)
+  except ValueError:
+    pass
+  if isinstance(advantage, str) and advantage in ESTIMATORS:   # defined below; read at call time
+    return advantage
+  raise ValueError(f"recipe {recipe_name!r}: unknown advantage {advantage!r}; valid: "
+                   f"{', '.join(ESTIMATORS)} (add one with algorithms.register_estimator)")
+
+
+def _granularity_of(advantage) -> Granularity:
+  if isinstance(advantage, AdvantageKind):
+    return ADVANTAGE_GRANULARITY[advantage]
+  return ESTIMATORS[advantage].granularity
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Recipe:
   """One algorithm: advantage estimator, policy surrogate, aggregation and hyper-parameters.
@@ -115,9 +155,11 @@ class Recipe:
 
   Attributes:
     name: the recipe's name (a key of `RECIPES` for the built-in ones).
-    granularity: the reward signal the advantage reads (`Granularity`); must match
-      `ADVANTAGE_GRANULARITY[advantage]`.
-    advantage: the estimator (`AdvantageKind`).
+    granularity: the reward signal the advantage reads (`Granularity`); must match the
+      estimator's (`ESTIMATORS[advantage].granularity`), which it defaults to.
+    advantage: the estimator: an `AdvantageKind`, the name of one added with
+      `register_estimator`, or an estimator function (registered here under
+      "<module>.<qualified name>" with `granularity`, which must then be given).
     surrogate: the policy surrogate (`Surrogate`).
     agg_mode: loss aggregation (`losses.AggMode`); GRPO "seq_mean_token_mean" (eq. 3).
     agg_norm: L_norm of "seq_sum_norm" (Dr. GRPO: the generation budget); None otherwise.
@@ -149,8 +191,8 @@ class Recipe:
     pure_outcome_coef: PURE verifiable-reward coefficient (authors' code: 1.0).
   """
   name: str
-  granularity: Granularity = Granularity.SEQUENCE
-  advantage: AdvantageKind = AdvantageKind.GRPO
+  granularity: Granularity | None = None
+  advantage: AdvantageKind | str = AdvantageKind.GRPO
   surrogate: Surrogate = Surrogate.CLIP
   agg_mode: losses.AggMode = losses.AggMode.SEQ_MEAN_TOKEN_MEAN
   agg_norm: float | None = None
@@ -179,13 +221,19 @@ class Recipe:
 
   def __post_init__(self):
     name = self.name
-    for field, cls in (("granularity", Granularity), ("advantage", AdvantageKind),
-                       ("surrogate", Surrogate), ("agg_mode", losses.AggMode),
+    for field, cls in (("surrogate", Surrogate), ("agg_mode", losses.AggMode),
                        ("kl_kind", losses.KlKind), ("grpo_scale", adv.GrpoScale)):
       object.__setattr__(self, field, _parse(name, field, cls, getattr(self, field)))
-    need = ADVANTAGE_GRANULARITY[self.advantage]
+    if self.granularity is not None:
+      object.__setattr__(self, "granularity",
+                         _parse(name, "granularity", Granularity, self.granularity))
+    object.__setattr__(self, "advantage", _estimator_name(name, self.advantage,
+                                                          self.granularity))
+    need = _granularity_of(self.advantage)
+    if self.granularity is None:
+      object.__setattr__(self, "granularity", need)
     if self.granularity is not need:
-      raise ValueError(f"recipe {name!r}: advantage {self.advantage.value!r} is {need.value}-"
+      raise ValueError(f"recipe {name!r}: advantage {str(self.advantage)!r} is {need.value}-"
                        f"level, so granularity must be {need.value!r}, got "
                        f"{self.granularity.value!r}")
     if self.agg_mode is losses.AggMode.SEQ_SUM_NORM:
@@ -350,11 +398,13 @@ def get_recipe(name: str, *, max_new_tokens: int | None = None, **overrides) -> 
   """A recipe of `RECIPES` by name, with fields replaced by `overrides`.
 
   Args:
-    name: a key of `RECIPES`.
+    name: a key of `RECIPES` (built-in, or added with `register_recipe`).
     max_new_tokens: the run's generation budget; when given, the length constants the budget
       determines (DAPO's overlong L_max / L_cache, Dr. GRPO's agg_norm) follow it
       (`Recipe.for_budget`) unless `overrides` sets them.
-    **overrides: `Recipe` fields to change, e.g. `eps_high=0.3`.
+    **overrides: `Recipe` fields to change, e.g. `eps_high=0.3`; `advantage=` (a name or an
+      estimator function) also takes that estimator's granularity unless `granularity=` is
+      given.
 
   Returns:
     The validated `Recipe`.
@@ -369,6 +419,8 @@ def get_recipe(name: str, *, max_new_tokens: int | None = None, **overrides) -> 
   if unknown:
     raise ValueError(f"unknown Recipe field(s) {', '.join(unknown)}; valid: "
                      f"{', '.join(sorted(fields))}")
+  if "advantage" in overrides and "granularity" not in overrides:
+    overrides["granularity"] = None        # the new estimator's own
   recipe = dataclasses.replace(RECIPES[name], **overrides)
   if max_new_tokens is not None:
     recipe.for_budget(max_new_tokens)                       # validates the budget
@@ -481,20 +533,27 @@ class Advantages(NamedTuple):
 def _require(recipe: Recipe, **inputs) -> None:
   missing = [k for k, v in inputs.items() if v is None]
   if missing:
-    raise ValueError(f"recipe {recipe.name!r} (advantage {recipe.advantage.value!r}, surrogate "
+    raise ValueError(f"recipe {recipe.name!r} (advantage {str(recipe.advantage)!r}, surrogate "
                      f"{recipe.surrogate.value!r}) needs {', '.join(missing)}, got None")
 
 
 class Batch(NamedTuple):
-  """The inputs of one `compute_advantages` call, as the advantage functions read them.
+  """The inputs of one `compute_advantages` call, as the advantage functions (estimators) read
+  them: `estimator(recipe, batch) -> [B, T]` (see `register_estimator`).
 
   Attributes:
     rewards: [B] float32 sequence rewards as given.
-    shaped: [B] float32 `rewards` plus DAPO's overlong penalty when the recipe has one.
+    shaped: [B] float32 `rewards` plus DAPO's overlong penalty when the recipe has one (what
+      the built-in estimators read as the sequence reward).
     mask: [B, T] bool scored completion tokens.
-    group_ids: [B] int32 group of each row.
-    num_groups: number of groups (static).
-    local_rewards, step_rewards, step_mask, token_step, verifier: as `compute_advantages`.
+    group_ids: [B] int32 group of each row, in [0, num_groups).
+    num_groups: number of groups (static Python int).
+    local_rewards: [B, T] float32 token-level local signal S_t (token-level recipes only; None
+      otherwise).
+    step_rewards: [B, S] float32 step scores, or None.
+    step_mask: [B, S] bool valid steps, or None.
+    token_step: [B, T] int32 step of each token (-1: none), or None.
+    verifier: [B] float32 verifier (accuracy) rewards, or None.
   """
   rewards: Array
   shaped: Array
@@ -599,6 +658,89 @@ ADVANTAGE_FNS: dict[AdvantageKind, Callable[[Recipe, Batch], Array]] = {
 }
 
 
+class Estimator(NamedTuple):
+  """An advantage estimator of `ESTIMATORS`.
+
+  Attributes:
+    name: its name (`Recipe.advantage`).
+    fn: `(recipe: Recipe, batch: Batch) -> advantages`, [B, T] float (or [B] for a
+      sequence-level estimator: broadcast to the row's tokens); jit-traceable, since
+      `compute_advantages` runs under `jax.jit` with the recipe static. Values outside
+      `batch.mask` are ignored (set to 0).
+    granularity: the reward signal it reads (`Granularity`): SEQUENCE reads `rewards` /
+      `shaped` only, STEP also the step arrays, TOKEN also `local_rewards`; the trainer checks
+      the reward against it (`check_reward_inputs`).
+  """
+  name: str
+  fn: Callable[[Recipe, Batch], Array]
+  granularity: Granularity
+
+
+# Every estimator by name: the built-in ones and those added with `register_estimator`.
+ESTIMATORS: dict[str, Estimator] = {
+    str(kind): Estimator(str(kind), fn, ADVANTAGE_GRANULARITY[kind])
+    for kind, fn in ADVANTAGE_FNS.items()}
+
+
+def register_estimator(name: str, fn: Callable[[Recipe, Batch], Array],
+                       granularity: Granularity | str, *, replace: bool = False) -> str:
+  """Adds an advantage estimator that recipes can name (`Recipe(advantage=name)`).
+
+    def centred(recipe, b):                  # (Recipe, Batch) -> [B] or [B, T]
+      mean = jax.ops.segment_sum(b.shaped, b.group_ids, b.num_groups) / jnp.maximum(
+          jax.ops.segment_sum(jnp.ones_like(b.shaped), b.group_ids, b.num_groups), 1)
+      return b.shaped - mean[b.group_ids]
+    register_estimator("centred", centred, granularity="sequence")
+
+  A run whose config names the estimator resumes from its checkpoints when the script
+  registers it again before building the trainer (the config records the name).
+
+  Args:
+    name: the name (not a built-in one).
+    fn: the estimator (`Estimator.fn`).
+    granularity: the reward signal it reads (`Granularity` or its name).
+    replace: replace an estimator registered earlier under `name` (a function of the same
+      module and qualified name, defined again, replaces it anyway).
+
+  Returns:
+    `name`.
+
+  Raises:
+    ValueError: a built-in or taken name (without `replace`), a non-callable `fn`, or an
+      unknown granularity.
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"estimator name must be a non-empty str, got {name!r}")
+  if name in {str(k) for k in AdvantageKind}:
+    raise ValueError(f"{name!r} is a built-in estimator; choose another name")
+  old = ESTIMATORS[name].fn if name in ESTIMATORS else None
+  redefined = old is not None and all(   # the same function defined again (a re-run cell)
+      getattr(old, k, None) == getattr(fn, k, 0) for k in ("__module__", "__qualname__"))
+  if old is not None and old is not fn and not (replace or redefined):
+    raise ValueError(f"estimator {name!r} is already registered (replace=True replaces it)")
+  if not callable(fn):
+    raise ValueError(f"estimator {name!r}: fn must be callable (recipe, batch) -> [B, T], got "
+                     f"{fn!r}")
+  ESTIMATORS[name] = Estimator(name, fn, _parse(name, "granularity", Granularity, granularity))
+  return name
+
+
+def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
+  """Adds `recipe` to `RECIPES` under `recipe.name`, so that `get_recipe(name)`,
+  `TrainConfig(recipe=name)` and `--algo=name` find it (and a saved run config naming it
+  resumes once the script has registered it again).
+
+  Raises:
+    ValueError: the name is taken (without `replace`).
+  """
+  if not isinstance(recipe, Recipe):
+    raise ValueError(f"register_recipe takes a Recipe, got {recipe!r}")
+  if recipe.name in RECIPES and not replace and RECIPES[recipe.name] != recipe:
+    raise ValueError(f"recipe {recipe.name!r} is already registered (replace=True replaces it)")
+  RECIPES[recipe.name] = recipe
+  return recipe
+
+
 def _token_recipes() -> str:
   return ", ".join(n for n, r in RECIPES.items() if r.granularity is Granularity.TOKEN)
 
@@ -609,7 +751,7 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
   """Advantages, loss mask and row weights of a batch under `recipe` (jit with it static).
 
   Steps: lengths = Σ_t mask; DAPO overlong penalty added to `rewards` when configured; the
-  recipe's estimator `ADVANTAGE_FNS[recipe.advantage]` (sequence ones are broadcast to the
+  recipe's estimator `ESTIMATORS[recipe.advantage]` (sequence ones are broadcast to the
   row's tokens; step-level ones give tokens outside every step the sequence-level term); DAPO
   dynamic sampling removes rows of groups whose raw `rewards` are constant from the loss mask
   (the DAPO constraint is on accuracy, so the filter reads the reward before overlong shaping);
@@ -655,7 +797,10 @@ def compute_advantages(recipe: Recipe, *, rewards, mask, group_ids, num_groups: 
   batch = Batch(rewards=r, shaped=shaped, mask=mask, group_ids=group_ids, num_groups=num_groups,
                 local_rewards=local_rewards, step_rewards=step_rewards, step_mask=step_mask,
                 token_step=token_step, verifier=verifier)
-  tokens = ADVANTAGE_FNS[recipe.advantage](recipe, batch)
+  tokens = jnp.asarray(ESTIMATORS[recipe.advantage].fn(recipe, batch), jnp.float32)
+  if tokens.ndim == 1:                     # a sequence-level estimator's [B]
+    tokens = _broadcast(tokens, mask)
+  chex.assert_shape(tokens, mask.shape)
 
   loss_mask = mask
   if recipe.dynamic_sampling:
@@ -750,6 +895,7 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
 
 __all__ = [
     "Granularity", "AdvantageKind", "Surrogate", "Recipe", "RECIPES", "ADVANTAGE_GRANULARITY",
-    "ADVANTAGE_FNS", "SURROGATES", "PAPER_PROTOCOL", "POLICY_METRICS", "Batch", "get_recipe",
+    "ADVANTAGE_FNS", "ESTIMATORS", "Estimator", "register_estimator", "register_recipe",
+    "SURROGATES", "PAPER_PROTOCOL", "POLICY_METRICS", "Batch", "get_recipe",
     "check_reward_inputs", "recipe_for_reward", "Advantages", "compute_advantages", "policy_loss",
 ]

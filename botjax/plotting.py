@@ -8,14 +8,15 @@
   plotting.plot_win_rates(plotting.load_win_rates(["runs/cmp-seed0"]), "winrate.png")
   plotting.plot_compile_rate({"bot_grpo": [(0, 0.2), (50, 0.85)]}, "compile.png")
 
-Runs are `{name: [records of seed 0, records of seed 1, ...]}`, each record a `MetricsWriter` row
+Runs are `{name: [records of seed 0, records of seed 1, ...]}`, each record a metrics.jsonl row
 `{"step": int, key: value, ...}`. Curves are seed means at the steps every seed logged, with a
 min–max, ± standard error or ±std band (per-step metrics optionally as rolling means); thresholds mark where each run's mean first reaches them. The figures
 follow BoT-GRPO (arXiv 2610.09804): metric against step with threshold crossings (Figs. 1, 3),
 win-rate bars split into wins and ties (Fig. 2).
 
-Light to import: numpy and the standard library; matplotlib is imported on the first figure,
-with the non-interactive Agg backend.
+Draws only: a run's files are read through `botjax.train.rundir` (their one owner). Light to
+import: numpy and the standard library; matplotlib is imported on the first figure, with the
+non-interactive Agg backend.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from botjax.train.report import first_crossing, series, steps_to_threshold
+from botjax.train.rundir import EVAL, METRICS, RunDir, RunDirError, read_eval_history, read_jsonl
+
 # Runs: run name -> one list of records per seed.
 Runs = dict[str, list[list[dict]]]
 
@@ -35,38 +39,8 @@ PASSK = re.compile(r"^eval/pass@(\d+)$")
 WIN_RATE_KEYS = ("win_rate", "tie_rate", "wins", "n")
 BANDS = {"minmax": "min–max over seeds", "se": "± standard error over seeds",
          "std": "± std over seeds", "none": "no band"}
-# Recipe families of `botjax.algorithms`: the recipes whose advantage reads the step verdicts,
-# and the ones that see only the sequence reward. `plot_runs` draws one row of panels per family.
-RECIPE_FAMILIES = {
-    "step-reading recipes": ("bot_grpo", "bot_gspo", "bot_dapo", "bot_pure", "pure", "verigate",
-                             "process_grpo", "grpo_stepmean"),
-    "sequence-only recipes": ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reco", "bppo"),
-}
-
-
 class PlotError(ValueError):
   """Bad input a user can fix (missing run, unknown metric, malformed file)."""
-
-
-def _read_jsonl(path: str) -> list[dict]:
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
-def series(records: Sequence[Mapping], key: str) -> tuple[np.ndarray, np.ndarray]:
-  """(steps [N], values [N]) of the records that carry a number under `key`, in record order."""
-  pts = [(r["step"], r[key]) for r in records
-         if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-  if not pts:
-    return np.zeros((0,)), np.zeros((0,))
-  s, v = zip(*pts)
-  return np.asarray(s), np.asarray(v, dtype=float)
-
-
-def steps_to_threshold(records: Sequence[Mapping], key: str, threshold: float) -> int | None:
-  """First step at which `key` reaches `threshold` (value >= threshold), or None."""
-  s, v = series(records, key)
-  return first_crossing(s, v, threshold)
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -79,7 +53,7 @@ def run_name(path: str) -> str:
   """
   path = os.path.normpath(path)
   base = os.path.basename(path)
-  if base in ("metrics.jsonl", "eval.json"):
+  if base in (METRICS, EVAL):
     base = os.path.basename(os.path.dirname(os.path.abspath(path)))
   elif os.path.isfile(path):
     base = os.path.splitext(base)[0]
@@ -87,19 +61,19 @@ def run_name(path: str) -> str:
 
 
 def _eval_json_records(path: str) -> list[dict]:
-  """`eval.json` (`{"latest": ..., "history": [{"step": s, "pass@1": ...}, ...]}`) as records
-  with `eval/`-prefixed keys, like the ones the trainer logs."""
-  try:
-    with open(path) as f:
-      blob = json.load(f)
-  except json.JSONDecodeError as e:
-    raise PlotError(f"{path} is not valid JSON: {e}") from None
-  history = blob.get("history") if isinstance(blob, dict) else None
-  if not isinstance(history, list) or not all(isinstance(h, dict) and "step" in h for h in history):
-    raise PlotError(f"{path} has no `history` list of {{'step': ..., 'pass@k': ...}} entries "
-                    "(the eval.json format of experiments/aime.py)")
+  """`eval.json` (`RunDir.append_eval`'s history) as records with `eval/`-prefixed keys, like the
+  ones the trainer logs."""
+  history = _read(read_eval_history, path)
   return [{"step": h["step"], **{k if k.startswith("eval/") else f"eval/{k}": v
                                  for k, v in h.items() if k != "step"}} for h in history]
+
+
+def _read(reader, path: str):
+  """`reader(path)` (a `botjax.train.rundir` reader), its errors as `PlotError`."""
+  try:
+    return reader(path)
+  except RunDirError as e:
+    raise PlotError(str(e)) from None
 
 
 def load_records(path: str) -> list[dict]:
@@ -118,10 +92,10 @@ def load_records(path: str) -> list[dict]:
     PlotError: a missing path, a directory holding neither file, or a malformed file.
   """
   if os.path.isdir(path):
-    files = [os.path.join(path, f) for f in ("metrics.jsonl", "eval.json")
-             if os.path.isfile(os.path.join(path, f))]
+    run = RunDir(path)
+    files = [f for f in (run.metrics_path, run.eval_path) if os.path.isfile(f)]
     if not files:
-      raise PlotError(f"run directory {path} holds neither metrics.jsonl nor eval.json")
+      raise PlotError(f"run directory {path} holds neither {METRICS} nor {EVAL}")
   elif os.path.isfile(path):
     files = [path]
   else:
@@ -131,10 +105,7 @@ def load_records(path: str) -> list[dict]:
     if f.endswith(".json"):
       rows += _eval_json_records(f)
     else:
-      try:
-        rows += _read_jsonl(f)
-      except json.JSONDecodeError as e:
-        raise PlotError(f"{f} is not JSONL (one JSON record per line): {e}") from None
+      rows += _read(read_jsonl, f)
   merged: dict[int, dict] = {}
   for r in rows:
     if not isinstance(r, dict) or "step" not in r:
@@ -231,12 +202,6 @@ def mean_curve(seeds: Sequence[Sequence[Mapping]], key: str, *, band: str = "min
   else:
     lo, hi = mean, mean
   return steps.astype(int), mean, lo, hi
-
-
-def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> int | None:
-  """First step with `values >= threshold` (steps [N], values [N]), or None."""
-  hit = np.flatnonzero(np.asarray(values) >= threshold)
-  return int(steps[hit[0]]) if hit.size else None
 
 
 def threshold_crossings(runs: Mapping[str, Sequence[Sequence[Mapping]]], key: str,
@@ -460,18 +425,24 @@ def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
   return out
 
 
+STEP_READING, SEQUENCE_ONLY, OTHER = ("step-reading recipes", "sequence-only recipes",
+                                      "other recipes")
+
+
 def recipe_families(names: Sequence[str]) -> dict[str, list[str]]:
-  """Groups run names by `RECIPE_FAMILIES` (in that order; a family with no run is left out);
-  names of no family go to "other recipes". A name is read up to its first space, so labelled
-  runs such as "grpo (lr 0.0001)" group as their recipe."""
+  """Groups run names by what their recipe's advantage reads (`Recipe.granularity` of
+  `botjax.algorithms.RECIPES`): "step-reading recipes" (token- and step-level) first, then
+  "sequence-only recipes"; a family with no run is left out, names of no recipe go to "other
+  recipes". A name is read up to its first space, so labelled runs such as "grpo (lr 0.0001)"
+  group as their recipe."""
+  from botjax import algorithms   # jax: imported when families are needed
   out: dict[str, list[str]] = {}
   for name in names:
-    recipe = name.split(" ", 1)[0]
-    fam = next((f for f, members in RECIPE_FAMILIES.items() if recipe in members),
-               "other recipes")
+    recipe = algorithms.RECIPES.get(name.split(" ", 1)[0])
+    fam = (OTHER if recipe is None else SEQUENCE_ONLY
+           if recipe.granularity is algorithms.Granularity.SEQUENCE else STEP_READING)
     out.setdefault(fam, []).append(name)
-  order = [*RECIPE_FAMILIES, "other recipes"]
-  return {f: out[f] for f in order if f in out}
+  return {f: out[f] for f in (STEP_READING, SEQUENCE_ONLY, OTHER) if f in out}
 
 
 def runs_figure(runs: Mapping[str, Sequence[Sequence[Mapping]]], *,
@@ -651,7 +622,7 @@ def plot_win_rate_curve(curves: Mapping[str, Sequence[tuple[int, float, float]]]
 __all__ = [
     "PlotError", "Runs", "series", "steps_to_threshold", "run_name", "load_records", "load_runs",
     "available_metrics", "rolling_mean", "mean_curve", "recipe_families", "runs_figure",
-    "RECIPE_FAMILIES", "BANDS", "first_crossing", "threshold_crossings", "draw_metric",
+    "BANDS", "first_crossing", "threshold_crossings", "draw_metric",
     "plot_metric", "plot_runs", "passk_keys", "plot_passk", "load_win_rates", "plot_win_rates",
     "plot_compile_rate", "plot_win_rate_curve",
 ]

@@ -117,8 +117,8 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
 
 def refuse_rerun(workdir: str, resume: bool) -> None:
   """With --resume=false, refuses a workdir that already holds a run."""
-  ran = any(os.path.exists(os.path.join(workdir, p)) for p in ("checkpoints", "metrics.jsonl"))
-  if ran and not resume:
+  from botjax.train.rundir import RunDir
+  if RunDir(workdir).has_run() and not resume:
     raise UserError(f"--resume=false but {workdir} already holds a run (checkpoints/ or "
                     "metrics.jsonl); delete them or choose another --workdir")
 
@@ -126,20 +126,22 @@ def refuse_rerun(workdir: str, resume: bool) -> None:
 def save_seconds(workdir: str, seconds: float, cfg) -> None:
   """Marks a finished run: its wall time and the config it ran (read by `finished_seconds`)."""
   from botjax.train import config as config_lib
-  with open(os.path.join(workdir, "seconds.json"), "w") as f:
+  from botjax.train.rundir import RunDir
+  with open(RunDir(workdir).file("seconds.json"), "w") as f:
     json.dump({"seconds": seconds, "config": config_lib.to_dict(cfg)}, f)
 
 
 def finished_seconds(workdir: str, cfg) -> float | None:
   """Seconds of an earlier complete run of exactly this config in `workdir`, else None."""
   from botjax.train import config as config_lib
-  from botjax.train.writer import read_jsonl
-  path = os.path.join(workdir, "seconds.json")
+  from botjax.train.rundir import RunDir
+  run = RunDir(workdir)
+  path = run.file("seconds.json")
   if not os.path.exists(path):
     return None
   with open(path) as f:
     saved = json.load(f)
-  recs = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  recs = run.read_metrics()
   complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
   same = not config_lib.config_diff(saved.get("config", {}),
                                     json.loads(json.dumps(config_lib.to_dict(cfg))),

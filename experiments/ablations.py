@@ -142,12 +142,12 @@ def report(ablation: str) -> str | None:
   """Writes `<ablation>.png` and `<ablation>.md` from the finished runs; returns the table."""
   import numpy as np
   from botjax.train import report as report_lib
-  from botjax.train.writer import read_jsonl
+  from botjax.train.rundir import load_metrics
   runs, secs = {}, {}
   for label, v in variants(ablation).items():
     done = {s: t for s in range(FLAGS.seeds) if (t := finished_seconds(v, s)) is not None}
     if done:
-      runs[label] = [read_jsonl(os.path.join(run_dir(v, s), "metrics.jsonl")) for s in done]
+      runs[label] = [load_metrics(run_dir(v, s)) for s in done]
       secs[label] = list(done.values())
   if not runs:
     return None
@@ -211,8 +211,8 @@ def report(ablation: str) -> str | None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from botjax import _xla_cpu
-  _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
+  from botjax import xla_cpu
+  xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax and absl INFO noise
   names = list(ABLATIONS) if FLAGS.ablation == ["all"] else FLAGS.ablation
   bad = [a for a in names if a not in ABLATIONS and a not in ALIASES]

@@ -146,25 +146,23 @@ def load_data(spec):
   return train, evals
 
 
-def make_eval_fn(records, correct_fn, prompt_fn, path):
-  """`(trainer, step) -> metrics` that also appends them to eval.json."""
+def make_eval_fn(records, correct_fn, prompt_fn, workdir):
+  """`(trainer, step) -> metrics` that also appends them to the run's eval.json."""
   from botjax.rewards import answers_match, extract_answer
   from botjax.train.evaluate import evaluate
+  from botjax.train.rundir import RunDir
   import jax
-  history = json.load(open(path))["history"] if os.path.exists(path) else []
+  run = RunDir(workdir)
 
   def fn(trainer, step):
-    out = evaluate(trainer.sampler, trainer.tokenizer, records, correct_fn=correct_fn,
-                   params=trainer.full_state(), n=FLAGS.eval_n, key=jax.random.PRNGKey(1234),
-                   ks=KS, prompt_fn=prompt_fn, answer_fn=extract_answer,
-                   answer_equal=lambda a, b: bool(answers_match(a, b)))
+    out = evaluate(trainer.engine, trainer.tokenizer, records, correct_fn=correct_fn,
+                   n=FLAGS.eval_n, key=jax.random.PRNGKey(1234), ks=KS, prompt_fn=prompt_fn,
+                   answer_fn=extract_answer, answer_equal=lambda a, b: bool(answers_match(a, b)))
     out[f"avg@{FLAGS.eval_n}"] = out["accuracy"]
-    history.append({"step": step, **out})
-    with open(path, "w") as f:
-      json.dump({"latest": history[-1], "history": history}, f, indent=2)
+    run.append_eval(step, out)
     shown = [k for k in sorted(out) if k.startswith(("pass@", "maj@"))]
     print(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
-          + f" ({out['num_problems']} problems; all figures in {path})", flush=True)
+          + f" ({out['num_problems']} problems; all figures in {run.eval_path})", flush=True)
     return out
   return fn
 
@@ -176,7 +174,7 @@ def build(cfg, tiny, data_spec):
   from botjax.rewards import (ExactArithmeticJudge, JudgeUnavailable, MathReward, OpenAIStepJudge,
                               is_correct)
   from botjax.testbeds import arith
-  from botjax.train.loop import ListPrompts
+  from botjax.train.rollouts import ListPrompts
   if tiny:
     from botjax.train.config import apply_overrides
     setup = _user(lambda: apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
@@ -220,11 +218,11 @@ def build(cfg, tiny, data_spec):
   evals = evals[:FLAGS.eval_limit] if FLAGS.eval_limit else evals
   reward = MathReward(judge, w_g=FLAGS.w_g, w_s=FLAGS.w_s, strategy=FLAGS.strategy,
                       window=FLAGS.window)
-  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, os.path.join(FLAGS.workdir, "eval.json"))
+  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir)
   model = models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers))
   return dict(model=model, tokenizer=models.load_tokenizer(ckpt),
               prompts=ListPrompts(train, seed=cfg.seed), reward_fn=reward, prompt_fn=prompt_fn,
-              eval_fn=eval_fn, mesh=mesh, reward_provides=("token", "step") if judge else ())
+              eval_fn=eval_fn, mesh=mesh, checkpoint=ckpt)
 
 
 

@@ -43,6 +43,8 @@ from botjax.train.report import summary_table  # noqa: E402
 
 def define_flags():
   from absl import flags
+  if "runs" in flags.FLAGS:    # defined by an earlier run of this script in the same interpreter
+    return
   flags.DEFINE_list("runs", [], "Run directories (or metrics.jsonl / eval.json / win-rate JSON files).")
   flags.DEFINE_enum("kind", "metric", ["metric", "passk", "winrate"], "Figure to draw.")
   flags.DEFINE_string("metric", "eval/accuracy", "--kind=metric: the metric against step.")

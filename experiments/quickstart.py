@@ -22,12 +22,12 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax import plotting  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
-from botjax.train.writer import read_jsonl  # noqa: E402
+from botjax.train.rundir import load_metrics  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("algos", ["grpo", "bot_grpo"], "Recipes of botjax.algorithms to compare.")
@@ -82,7 +82,7 @@ def sweep_table(sweep: dict[str, dict[float, float]], lrs: list[float],
 
 def main(argv):
   del argv
-  _xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
+  xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
   t_start = time.perf_counter()
   prepared = arith.prepare(FLAGS.workdir,
@@ -122,7 +122,7 @@ def main(argv):
       timings[name] = time.perf_counter() - t0
       _cli.save_seconds(workdir, timings[name], cfg)
       print(f"{name}: {timings[name]:.0f} s", flush=True)
-    return read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    return load_metrics(workdir)
 
   lrs = [float(x) for x in FLAGS.lrs]
   best_lr: dict[str, float | None] = {algo: None for algo in FLAGS.algos}

@@ -12,8 +12,9 @@ r"""React code generation with BoT-GRPO: the paper's first experiment.
 Defaults follow the paper (BoT-GRPO, arXiv 2610.09804, §4): BoT-GRPO, 8 prompts x 8 rollouts per
 step, global reward = compile / render failure + ESLint score + LLM code judge (+ the VLM
 screenshot judge with --vlm_judge), line-level local penalties (compiler, ESLint, judge lines)
-spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 by id
-(--prompts for your own). A blank page is not a render failure (--blank_is_failure makes it one).
+spread over tokens with φ(d) = max(0, 1 − d/4), on the built-in prompt set split 80/20 within
+each category (`botjax.rewards.react.split_prompts`; --prompts for your own). A blank page is
+not a render failure (--blank_is_failure makes it one).
 Step-level recipes (--algo=pure, verigate, process_grpo) read the same penalties per
 blank-line-separated block of the completion (`botjax.rewards.react.penalties.step_spans_of`).
 Model-written code is compiled, linted and rendered by the pinned Node toolchain and headless
@@ -66,7 +67,8 @@ flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the pre
                     "the HF cache or downloaded into it; --offline: cache only).")
 flags.DEFINE_string("prompts", "", "React prompts: a .jsonl/.json of {id, prompt, category?}, or a "
                     "dataset name `datasets` opens offline (default: the built-in set).")
-flags.DEFINE_float("test_fraction", 0.2, "Held-out share of the prompts (split by id hash).")
+flags.DEFINE_float("test_fraction", 0.2, "Held-out share of each prompt category (a seeded split: "
+                   "botjax.rewards.react.split_prompts).")
 flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the LLM code judge (default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
 flags.DEFINE_string("vlm_judge", "", "OpenAI-compatible base URL of the VLM screenshot judge (default: none).")
@@ -267,18 +269,20 @@ def rollouts(sampler, tokenizer, records, key, n, params=None):
   return list(out.completions)
 
 
-def make_eval_fn(reward, records, path):
+def make_eval_fn(reward, records, workdir):
   """`(trainer, step) -> metrics`: compile rate (transpiles and renders, a blank page included, as
   in the paper) and visible rate (renders something visible) of eval_n rollouts per held-out
-  prompt."""
+  prompt; each evaluation is added to the run's eval.json and drawn in compile_rate.png."""
   import jax
+  from botjax import plotting
   from botjax.rewards import react
-  history = json.load(open(path))["history"] if os.path.exists(path) else []
+  from botjax.train.rundir import RunDir
+  run = RunDir(workdir)
 
   def fn(trainer, step):
     t0 = time.perf_counter()
-    texts = rollouts(trainer.sampler, trainer.tokenizer, records, jax.random.PRNGKey(4321),
-                     FLAGS.eval_n, params=trainer.full_state())
+    texts = rollouts(trainer.engine, trainer.tokenizer, records, jax.random.PRNGKey(4321),
+                     FLAGS.eval_n)
     requests = [r["prompt"] for r in records for _ in range(FLAGS.eval_n)]
     res = react.evaluate_compile_rate(reward, requests, texts)
     reasons = {}
@@ -289,12 +293,12 @@ def make_eval_fn(reward, records, path):
     blank = sum(1 for item in res["items"] if item["ok"] and not item["visible"])
     out = {"compile_rate": res["compile_rate"], "visible_rate": res["visible_rate"], "n": res["n"],
            "failures": reasons, "blank": blank, "seconds": time.perf_counter() - t0}
-    history.append({"step": step, **out})
-    react.save_json({"latest": history[-1], "history": history}, path)
+    run.append_eval(step, out)
+    history = run.read_eval()
     curves = {FLAGS.algo: [(h["step"], h["compile_rate"]) for h in history]}
     if all("visible_rate" in h for h in history):
       curves[f"{FLAGS.algo} (visible)"] = [(h["step"], h["visible_rate"]) for h in history]
-    react.plot_compile_rate(curves, os.path.join(os.path.dirname(path), "compile_rate.png"))
+    plotting.plot_compile_rate(curves, run.file("compile_rate.png"))
     print(f"[react] eval at step {step}: compile rate {out['compile_rate']:.3f} (visible "
           f"{out['visible_rate']:.3f}, {blank} blank) of {out['n']} rollouts; failures {reasons}",
           flush=True)
@@ -305,15 +309,17 @@ def make_eval_fn(reward, records, path):
 def export(trainer, tokenizer, workdir):
   """Saves the policy as a Hugging Face checkpoint in <workdir>/hf_final (for --compare)."""
   from botjax import models
-  out = os.path.join(workdir, "hf_final")
+  from botjax.train.rundir import RunDir
+  out = RunDir(workdir).hf_final
   models.save_pretrained(trainer.model(), out)
   tokenizer.save_pretrained(out)
   print(f"[react] policy saved to {out}", flush=True)
 
 
 def resolve_side(path):
-  if os.path.exists(os.path.join(path, "hf_final", "config.json")):
-    return os.path.join(path, "hf_final")
+  from botjax.train.rundir import RunDir
+  if os.path.exists(os.path.join(RunDir(path).hf_final, "config.json")):
+    return RunDir(path).hf_final
   if os.path.exists(os.path.join(path, "config.json")) and any(
       f.endswith(".safetensors") for f in os.listdir(path)):
     return path
@@ -346,34 +352,23 @@ def training_judges(paths):
 
 def run_checkpoints(path):
   """(starting HF checkpoint dir, sorted saved steps) of a training workdir, for the curve."""
-  saved = os.path.join(path, "config.json")
-  root = os.path.join(path, "checkpoints")
-  if not os.path.exists(saved) or not os.path.isdir(root):
+  from botjax.train.rundir import RunDir, RunDirError
+  run = RunDir(path)
+  if not os.path.exists(run.config_path) or not run.checkpoint_steps():
     raise UserError(f"--compare_checkpoints needs a training workdir (config.json and "
                     f"checkpoints/) as the first --compare side, got {path!r}")
-  with open(saved) as f:
-    base = json.load(f).get("checkpoint")
-  if not base or not os.path.exists(os.path.join(base, "config.json")):
-    raise UserError(f"the starting checkpoint of {path} ({base!r}, from its config.json) is gone; "
-                    "--compare_checkpoints restores the run's parameters into it")
-  steps = sorted(int(d) for d in os.listdir(root)
-                 if d.isdigit() and os.path.isdir(os.path.join(root, d, "state")))
-  return base, steps
+  try:
+    base = run.base_checkpoint()
+  except RunDirError as e:
+    raise UserError(f"{e}; --compare_checkpoints restores the run's parameters into it") from None
+  return base, run.checkpoint_steps()
 
 
 def restore_params(path, step, params):
-  """The policy parameters of `<path>/checkpoints/<step>` (an Orbax TrainState), read alone (no
-  optimizer state) onto the structure, dtypes and shardings of `params` (an nnx.State)."""
-  import jax
-  import orbax.checkpoint as ocp
-  target = {"params": jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)}
-  args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=x.sharding), target)
-  with ocp.PyTreeCheckpointer() as ckptr:
-    out = ckptr.restore(os.path.join(path, "checkpoints", str(step), "state"),
-                        args=ocp.args.PyTreeRestore(item=target, restore_args=args,
-                                                    partial_restore=True))
-  return out["params"]
+  """The policy parameters of the run in `path` at `step`, read alone (no optimizer state) onto
+  the structure and shardings of `params` (an nnx.State)."""
+  from botjax.train.rundir import load_params
+  return load_params(path, step, like=params)
 
 
 def screenshots(reward, checkpoint, test, params_list=((None, None),)):
@@ -407,6 +402,7 @@ def screenshots(reward, checkpoint, test, params_list=((None, None),)):
 def compare():
   """ABBA pairwise VLM win rate of --compare A over B on the held-out prompts; with
   --compare_checkpoints, of each saved checkpoint of run A over B (a curve against step)."""
+  from botjax import plotting
   from botjax.rewards import react
   if len(FLAGS.compare) != 2:
     raise UserError(f"--compare needs two comma-separated paths A,B, got {FLAGS.compare}")
@@ -454,7 +450,7 @@ def compare():
   react.save_json(result, os.path.join(out_dir, "compare.json"))
   label = f"{os.path.basename(os.path.normpath(FLAGS.compare[0]))} vs " \
           f"{os.path.basename(os.path.normpath(FLAGS.compare[1]))}"
-  react.plot_win_rates({label: result}, os.path.join(out_dir, "compare.png"))
+  plotting.plot_win_rates({label: result}, os.path.join(out_dir, "compare.png"))
   print(f"[react] win rate of A over B: {result['win_rate']:.3f} (ties {result['tie_rate']:.3f}, "
         f"{result['wins']}-{result['losses']}-{result['ties']} of {result['n']}); wrote "
         f"{os.path.join(out_dir, 'compare.json')}", flush=True)
@@ -478,7 +474,7 @@ def run_recipe(cfg):
   """The recipe the trainer runs: --algo adapted to the React reward's spec (eq. 6 already weighs
   the global and line terms, so BoT-GRPO reads them with w_global = w_local = 1)."""
   from botjax.rewards.react import ReactReward
-  from botjax.train.loop import recipe_for_run
+  from botjax.train.config import recipe_for_run
   return recipe_for_run(cfg, ReactReward.spec)
 
 
@@ -486,11 +482,13 @@ def make_trainer(cfg, *, model, tokenizer, train, reward, mesh=None, eval_fn=Non
                  run_config=None):
   """The RLTrainer of a run: the React reward given the user's requests, chat-templated prompts."""
   from botjax.rewards import react
-  from botjax.train.loop import ListPrompts, RLTrainer
+  from botjax.train.loop import RLTrainer
+  from botjax.train.rollouts import ListPrompts
   return RLTrainer(cfg, model=model, tokenizer=tokenizer, prompts=ListPrompts(train, seed=cfg.seed),
                    reward_fn=RequestPrompts(reward),
                    prompt_fn=lambda r: react.chat_messages(r["prompt"]), mesh=mesh,
-                   eval_fn=eval_fn, run_config=run_config)
+                   eval_fn=eval_fn, run_config=run_config,
+                   checkpoint=(run_config or {}).get("checkpoint"))
 
 
 def run():
@@ -533,17 +531,17 @@ def run():
                 "reward": {f: FLAGS[f].value for f in ("judge_model", "vlm_judge_model", "vlm_mode",
                                                         "vlm_line_weight", "typecheck",
                                                         "blank_is_failure")}}
-  saved = os.path.join(cfg.workdir, "config.json")
-  if FLAGS.eval_only and os.path.exists(saved):   # the judges do not take part in evaluation
-    with open(saved) as f:
-      run_config["reward"] = json.load(f).get("reward", run_config["reward"])
+  from botjax.train.rundir import RunDir
+  saved = RunDir(cfg.workdir)
+  if FLAGS.eval_only and os.path.exists(saved.config_path):   # judges take no part in evaluation
+    run_config["reward"] = saved.read_config().get("reward", run_config["reward"])
   trainer = None
   try:
     trainer = _user(lambda: make_trainer(
         cfg, model=models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers)),
         tokenizer=tok, train=train,
         reward=reward, mesh=mesh,
-        eval_fn=make_eval_fn(eval_reward, held_out, os.path.join(cfg.workdir, "eval.json")),
+        eval_fn=make_eval_fn(eval_reward, held_out, cfg.workdir),
         run_config=run_config))
     if not FLAGS.eval_only:
       save_judges(cfg.workdir)

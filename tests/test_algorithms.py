@@ -602,11 +602,11 @@ def test_grpo_stepmean_pools_the_step_mean_into_the_sequence_reward(mode):
 
 
 def test_the_trainer_builds_its_recipe_for_the_runs_budget():
-  # RLTrainer's recipe (train.loop.recipe_for_run) follows rollout.max_new_tokens (the penalty
+  # RLTrainer's recipe (train.config.recipe_for_run) follows rollout.max_new_tokens (the penalty
   # of a 1,024-token AIME run starts at 819 tokens, not at 16,384); given overrides still win.
   from botjax.rewards.base import RewardSpec
   from botjax.train import config as config_lib
-  from botjax.train.loop import recipe_for_run
+  from botjax.train.config import recipe_for_run
   plain = RewardSpec(frozenset({"sequence"}))
   for budget in (1024, 2048):
     cfg = config_lib.TrainConfig(recipe="dapo", workdir="unused",
@@ -638,3 +638,85 @@ def test_dapo_dynamic_sampling_filters_on_the_verifier_not_the_full_reward():
   kept = alg.compute_advantages(recipe, rewards=rewards, mask=mask, group_ids=group_ids,
                                 num_groups=2).loss_mask
   np.testing.assert_array_equal(np.asarray(kept).any(axis=1), [1, 1, 1, 1, 1, 1])
+
+
+# ------------------------------------------------------------------------------------------
+# Estimators added by name (register_estimator) or as a function
+# ------------------------------------------------------------------------------------------
+
+
+def _token_scaled(recipe, b):
+  """[B, T]: the local signal times the sequence reward (a token-level estimator for tests)."""
+  return b.local_rewards * b.shaped[:, None]
+
+
+def _centred_seq(recipe, b):
+  """[B]: the sequence reward minus the batch mean (broadcast to tokens by compute_advantages)."""
+  return b.shaped - jnp.mean(b.shaped)
+
+
+def test_a_registered_estimator_is_named_by_recipes_and_dispatched():
+  d = make(11)
+  alg.register_estimator("t_token_scaled", _token_scaled, granularity="token")
+  alg.register_estimator("t_centred", _centred_seq, granularity=alg.Granularity.SEQUENCE)
+  try:
+    tok = alg.Recipe(name="t1", advantage="t_token_scaled", kl_coef=0.0)
+    seq = alg.get_recipe("grpo", advantage="t_centred")
+    assert tok.granularity is alg.Granularity.TOKEN        # the estimator's own granularity
+    assert seq.granularity is alg.Granularity.SEQUENCE and seq.advantage == "t_centred"
+    for jit in (False, True):
+      f = (jax.jit(alg.compute_advantages, static_argnames=("recipe", "num_groups")) if jit
+           else alg.compute_advantages)
+      a = f(tok, rewards=d["rewards"], mask=d["mask"], group_ids=GROUP_IDS, num_groups=P,
+            local_rewards=d["local_rewards"]).advantages
+      want = np.where(d["mask"], d["local_rewards"] * d["rewards"][:, None], 0.0)
+      np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-7)
+      a = f(seq, rewards=d["rewards"], mask=d["mask"], group_ids=GROUP_IDS, num_groups=P).advantages
+      want = np.where(d["mask"], (d["rewards"] - d["rewards"].mean())[:, None], 0.0)
+      np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-6)
+    # the trainer's config check reads the estimator's granularity
+    with pytest.raises(ValueError, match="token-level"):
+      alg.check_reward_inputs(tok, has_token_rewards=False)
+    with pytest.raises(ValueError, match="granularity must be 'token'"):
+      alg.Recipe(name="t2", advantage="t_token_scaled", granularity="sequence")
+    alg.register_recipe(tok)
+    assert alg.get_recipe("t1") == tok and alg.get_recipe("t1", eps_high=0.3).eps_high == 0.3
+  finally:
+    for name in ("t_token_scaled", "t_centred"):
+      alg.ESTIMATORS.pop(name, None)
+    alg.RECIPES.pop("t1", None)
+
+
+def test_an_estimator_function_in_a_recipe_is_registered_under_its_qualified_name():
+  r = alg.Recipe(name="fn", advantage=_centred_seq, granularity="sequence", kl_coef=0.0)
+  name = f"{_centred_seq.__module__}._centred_seq"
+  try:
+    assert r.advantage == name and alg.ESTIMATORS[name].fn is _centred_seq
+    assert alg.Recipe(name="fn", advantage=_centred_seq, kl_coef=0.0) == r   # found again
+    assert hash(r) == hash(dataclasses.replace(r))
+  finally:
+    alg.ESTIMATORS.pop(name, None)
+  with pytest.raises(ValueError, match="is not registered; give its granularity"):
+    alg.Recipe(name="fn", advantage=_token_scaled)
+
+
+def test_estimator_registration_errors_name_the_fix():
+  with pytest.raises(ValueError, match="'grpo' is a built-in estimator"):
+    alg.register_estimator("grpo", _centred_seq, granularity="sequence")
+  with pytest.raises(ValueError, match="granularity 'tokens'; valid: sequence, step, token"):
+    alg.register_estimator("t_bad", _centred_seq, granularity="tokens")
+  with pytest.raises(ValueError, match="must be callable"):
+    alg.register_estimator("t_bad", 3, granularity="sequence")
+  with pytest.raises(ValueError,
+                     match=r"unknown advantage 'nope'; valid: grpo, .*register_estimator"):
+    alg.Recipe(name="x", advantage="nope")
+  alg.register_estimator("t_dup", _centred_seq, granularity="sequence")
+  try:
+    with pytest.raises(ValueError, match="'t_dup' is already registered"):
+      alg.register_estimator("t_dup", _token_scaled, granularity="token")
+    alg.register_estimator("t_dup", _token_scaled, granularity="token", replace=True)
+    assert alg.ESTIMATORS["t_dup"].granularity is alg.Granularity.TOKEN
+  finally:
+    alg.ESTIMATORS.pop("t_dup")
+  with pytest.raises(ValueError, match="'grpo' is already registered"):
+    alg.register_recipe(alg.Recipe(name="grpo", kl_coef=0.0))

@@ -7,9 +7,9 @@ explicitly: `"auto"` would resolve to the CPU path here, because the mesh's devi
 (the last test shows the check catching that). What is checked in the StableHLO text:
 
 * the attention is `jax.nn.dot_product_attention`'s (its functions appear in the locations);
-* no CPU-only piece: neither the `"cpu"` attention nor `botjax._xla_cpu`'s folded reductions
-  (they are emitted through `jax.lax.platform_dependent`, whose CPU branch is not lowered for
-  TPU or CUDA);
+* no CPU-only piece: neither the `"cpu"` attention (`botjax.models.attention_cpu`) nor
+  `botjax.xla_cpu`'s folded reductions (they are emitted through `jax.lax.platform_dependent`,
+  whose CPU branch is not lowered for TPU or CUDA);
 * the KV cache has the `[layers, B, S, K, H]` layout.
 
 Not covered here: cuDNN's flash attention (`attention="cudnn"`) cannot be traced on a host
@@ -37,7 +37,7 @@ from botjax.sampling.filtering import sample_logits
 from botjax.train import step as step_lib
 
 PLATFORMS = ("tpu", "cuda")
-CPU_ONLY = ("_attend_cpu", "_attend_dkv_cpu", "_fold")     # function names in the locations
+CPU_ONLY = ("attend_cpu", "_attend_dkv_cpu", "_fold")     # function names in the locations
 B, LP, T = 8, 32, 32
 
 
@@ -78,13 +78,13 @@ def _export(fn, mesh, *args):
 
 
 def _functions(text):
-  """Python function names in the module's locations (e.g. 'Attention._attend_cpu')."""
+  """Python function names in the module's locations (e.g. 'attend_cpu')."""
   return {name.rsplit(".", 1)[-1] for name in re.findall(r'loc\("([^"]+)"', text)}
 
 
 def _assert_portable_attention(text):
   names = _functions(text)
-  assert "dot_product_attention" in names       # botjax.models.layers' (jax.nn's inside)
+  assert "dot_product_attention" in names       # botjax.models.attention's (jax.nn's inside)
   assert not names & set(CPU_ONLY), names & set(CPU_ONLY)
 
 
@@ -168,4 +168,4 @@ def test_auto_on_a_cpu_mesh_is_caught(mesh):
   _, text = _export(prefill, mesh, params, _rows(mesh, (B, LP), jnp.int32),
                     _rows(mesh, (B, LP), jnp.bool_))
   names = _functions(text)
-  assert "_attend_cpu" in names and "dot_product_attention" not in names
+  assert "attend_cpu" in names and "dot_product_attention" not in names

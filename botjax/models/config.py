@@ -21,7 +21,7 @@ FAMILIES: dict[str, tuple[str, float]] = {
     "phi3": ("Phi3ForCausalLM", 10_000.0),
 }
 ROPE_TYPES = ("default", "llama3", "longrope", "linear")
-# Attention implementations (see `botjax.models.layers`): "auto" picks one for the devices the
+# Attention implementations (see `botjax.models.attention`): "auto" picks one for the devices the
 # model runs on; "cpu" is the XLA:CPU-tuned path, "xla" and "cudnn" go through
 # `jax.nn.dot_product_attention`.
 ATTENTION_IMPLEMENTATIONS = ("auto", "cpu", "xla", "cudnn")

@@ -11,42 +11,27 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx, struct
+from flax import nnx
 
+from botjax.models.attention import ATTENTION_FNS, attention_implementation
+from botjax.models.cache import KVCache, window_mask
 from botjax.models.config import DecoderConfig
-from botjax.models.layers import (CACHE_LAYOUT, CPU_CACHE_LAYOUT, Block, CachedLayer, RMSNorm,
-                                  _param, attention_implementation, cache_layout, rope_cos_sin,
-                                  write_slots)
+from botjax.models.layers import Block, RMSNorm, _param, rope_cos_sin
 from botjax.models.sharding import constrain
 
-
-def _block(layer: Block, x, cos, sin, allowed, prefix=None, *, implementation="cpu",
-           causal=False):
-  return layer(x, cos, sin, allowed, None, prefix, implementation=implementation,
-               causal=causal)
-
-
-def _window_mask(allowed: jax.Array, distance: jax.Array, window) -> jax.Array:
-  """allowed [B, L, S] & (distance [L, S] < window), or `allowed` itself for window None."""
-  if window is None:
-    return allowed
-  return allowed & (distance < window)[None]
-
+__all__ = ["Decoder", "KVCache"]
 
 _REMAT_BLOCKS: dict = {}
 
 
-def _block_fn(remat: bool, implementation: str, causal: bool):
-  """`_block` for one attention implementation, under `nnx.remat` when `remat`."""
-  def block(layer, x, cos, sin, allowed, prefix=None):
-    # positional only: nnx.remat cannot resolve a partial's keyword arguments to positions
-    return _block(layer, x, cos, sin, allowed, prefix, implementation=implementation,
-                  causal=causal)
-
-  if not remat:
-    return block
+def _remat_block(implementation: str, causal: bool):
+  """`Block.__call__` without a cache, under `nnx.remat`, for one attention implementation."""
   key = (implementation, causal)
   if key not in _REMAT_BLOCKS:
+    def block(layer, x, cos, sin, allowed, prefix=None):
+      # positional only: nnx.remat cannot resolve a partial's keyword arguments to positions
+      return layer(x, cos, sin, allowed, None, prefix, implementation=implementation,
+                   causal=causal)
     _REMAT_BLOCKS[key] = nnx.remat(block)
   return _REMAT_BLOCKS[key]
 
@@ -74,78 +59,6 @@ def _stack_blocks(blocks: list[Block]) -> Block:
   return stack
 
 
-@struct.dataclass
-class KVCache:
-  """Per-layer keys and values of S cache slots, and which slots hold a real token.
-
-  Two layouts, one per attention implementation (`botjax.models.layers.cache_layout`):
-
-  * `"BSKH"` (GPU, TPU: the `"xla"` and `"cudnn"` attention): k and v [num_layers, B, S, K,
-    H], the layout `jax.nn.dot_product_attention` reads.
-  * `"BKHS"` (the XLA:CPU `"cpu"` attention): k and v [num_layers, B, K, H, S], head-major,
-    slots last: a decode step's q · k then reduces over H with the slots as the vectorised
-    minor axis (3.2x faster on XLA:CPU than with H minor, measured), and probs · v reduces
-    over the minor axis, which XLA:CPU fuses with the read of the cache.
-
-  Attributes:
-    k: keys (RoPE already applied), in `layout`.
-    v: values, in `layout`.
-    valid: bool [B, S], True where a slot holds a (non-padding) token.
-    layout: `"BSKH"` or `"BKHS"` (static).
-  """
-
-  k: jax.Array
-  v: jax.Array
-  valid: jax.Array
-  layout: str = struct.field(pytree_node=False, default=CPU_CACHE_LAYOUT)
-
-  @classmethod
-  def init(cls, cfg: DecoderConfig, *, batch_size: int, max_len: int,
-           dtype=jnp.float32, layout: str | None = None) -> "KVCache":
-    """An empty cache (no valid slot) for a config.
-
-    Args:
-      cfg: the decoder config (layers, kv heads, head dim, attention).
-      batch_size: B rows.
-      max_len: S slots per row (prompt + generated tokens).
-      dtype: storage dtype of keys and values.
-      layout: `"BSKH"` or `"BKHS"`; None: the layout of the attention implementation that
-        `cfg.attention` resolves to for the devices in use (see
-        `botjax.models.layers.attention_implementation`).
-
-    Returns:
-      A `KVCache` with k and v zeros ([num_layers, B, S, K, H] or [num_layers, B, K, H, S])
-      and valid all False [B, S].
-    """
-    if layout is None:
-      layout = cache_layout(attention_implementation(cfg.attention))
-    if layout == CACHE_LAYOUT:
-      shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
-    elif layout == CPU_CACHE_LAYOUT:
-      shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
-    else:
-      raise ValueError(f"cache layout {layout!r} is not supported; valid: "
-                       f"{(CACHE_LAYOUT, CPU_CACHE_LAYOUT)}")
-    return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-               valid=jnp.zeros((batch_size, max_len), bool), layout=layout)
-
-  @property
-  def max_len(self) -> int:
-    return self.valid.shape[1]
-
-  @property
-  def slot_axis(self) -> int:
-    """The axis of k and v that indexes slots (2 for `"BSKH"`, 4 for `"BKHS"`)."""
-    return 2 if self.layout == CACHE_LAYOUT else 4
-
-  @property
-  def logical_axes(self) -> tuple[str, ...]:
-    """Logical axis names of k and v (for `botjax.models.sharding.constrain`)."""
-    if self.layout == CACHE_LAYOUT:
-      return ("layers", "batch", "cache_length", "act_kv_heads", "head_dim")
-    return ("layers", "batch", "act_kv_heads", "head_dim", "cache_length")
-
-
 class Decoder(nnx.Module):
   """Decoder-only transformer with the HF families' conventions.
 
@@ -155,7 +68,7 @@ class Decoder(nnx.Module):
   Attention runs through the implementation `config.attention` names; `"auto"` resolves it
   when the model is traced, from the mesh set with `jax.set_mesh` (else the default device):
   `"cpu"` on CPU, `"cudnn"` on NVIDIA GPUs, `"xla"` elsewhere
-  (`botjax.models.layers.attention_implementation`). Set it explicitly (e.g.
+  (`botjax.models.attention.attention_implementation`). Set it explicitly (e.g.
   `dataclasses.replace(cfg, attention="xla")`) to trace for a platform other than the one
   in use, as for `jax.export`.
 
@@ -232,91 +145,42 @@ class Decoder(nnx.Module):
       raise ValueError(f"input_ids and positions must both be [B, L]; got {input_ids.shape} "
                        f"and {positions.shape}")
     impl = attention_implementation(cfg.attention)
-    if cache is not None and cache.layout != cache_layout(impl):
-      raise ValueError(f"attention {impl!r} reads a KV cache of layout {cache_layout(impl)!r}, "
-                       f"got {cache.layout!r} (build it with KVCache.init(..., layout=None))")
+    attention = ATTENTION_FNS[impl]
+    if cache is not None and cache.layout != attention.cache_layout:
+      raise ValueError(f"attention {impl!r} reads a KV cache of layout "
+                       f"{attention.cache_layout!r}, got {cache.layout!r} (build it with "
+                       f"KVCache.init(..., layout=None))")
     b, l = input_ids.shape
     if attention_mask is None:
       attention_mask = jnp.ones((b, l), bool)
     attention_mask = attention_mask.astype(bool)
-    # FSDP-style: gather the whole table for the lookup (a sharded gather replicates anyway).
-    table = constrain(self.embed[...], (None, None))
-    x = jnp.take(table, input_ids, axis=0).astype(self.dtype)
+    (x,) = self._embed(input_ids)
     x = constrain(x, ("batch", "length", "act_embed"))
     cos, sin = rope_cos_sin(cfg, positions) if rope is None else rope
     causal = jnp.tril(jnp.ones((l, l), bool))
     allowed = causal[None, :, :] & attention_mask[:, None, :]        # [B, L, L]
     offsets = jnp.arange(l, dtype=jnp.int32)
-    # query l minus key j, in sequence indices (cache slots when cached): for sliding windows
+    # query l minus key j, in sequence indices: for sliding windows
     distance = offsets[:, None] - offsets[None, :]                     # [L, L]
-    fresh = False
+    cached = None
     if cache is not None:
-      if cache_index is None:
-        raise ValueError("a cached forward needs cache_index (slot of the first new token)")
-      if l > cache.max_len or cache.valid.shape[0] != b:
-        raise ValueError(f"{b} rows of {l} new tokens do not fit a cache of "
-                         f"{cache.valid.shape[0]} rows x {cache.max_len} slots")
-      # A static 0 (a Python int) is a prefill into an empty prefix: skip the cached scores.
-      fresh = isinstance(cache_index, (int, np.integer)) and int(cache_index) == 0
-      index = jnp.asarray(cache_index, jnp.int32)
-      zero = jnp.zeros((), jnp.int32)
-      k_all, v_all = cache.k, cache.v
-      valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (zero, index))
-      if not fresh:
-        # Each layer writes its new slots first and then reads the earlier slots back from the
-        # updated cache. Reading them from the cache passed in while writing the new slots made
-        # XLA copy the whole cache twice per decode step (nothing ordered those reads before
-        # the writes, so they could not share its buffer).
-        slots = jnp.arange(cache.max_len, dtype=jnp.int32)
-        cache_distance = (index + offsets)[:, None] - slots[None, :]  # [L, S]
-        allowed_cache = jnp.broadcast_to(                            # earlier valid slots
-            (valid & (slots[None, :] < index))[:, None, :], (b, l, cache.max_len))
-    if self.scan_layers:
-      def step(layer, carry, per):
-        x, k_all, v_all = carry
-        window, rope_on = per.get("window"), per.get("rope")
-        layer_allowed = _window_mask(allowed, distance, window)
-        if cache is None:
-          x, _ = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True,
-                       rope_on=rope_on)
-        elif not fresh:
-          layer_cache = _window_mask(allowed_cache, cache_distance, window)
-          x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
-                                    CachedLayer(k_all, v_all, per["index"], index, layer_cache,
-                                                cache.layout),
-                                    implementation=impl, rope_on=rope_on)
-        else:
-          x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True,
-                            rope_on=rope_on)
-          k_all, v_all = write_slots(k_all, v_all, per["index"], index, k, v, cache.layout)
-        return x, k_all, v_all
+      cached = cache.begin(attention_mask, cache_index, kv_layout=attention.kv_layout)
+    remat = self.remat and cache is None
 
-      if cache is None:
-        k_all = v_all = None
-      x, k_all, v_all = self._layer_scan(step, (x, k_all, v_all),
-                                         remat=self.remat and cache is None)
-    else:
-      for i, layer in enumerate(self.layers):
-        window = cfg.window(i)
-        layer_allowed = _window_mask(allowed, distance, window)
-        if cache is None:
-          block = _block_fn(self.remat, impl, True)
-          x, (k, v) = block(layer, x, cos, sin, layer_allowed)
-          continue
-        if not fresh:
-          layer_cache = _window_mask(allowed_cache, cache_distance, window)
-          x, (k_all, v_all) = layer(x, cos, sin, layer_allowed,
-                                    CachedLayer(k_all, v_all, i, index, layer_cache,
-                                                cache.layout),
-                                    implementation=impl)
-          continue
-        # slot 0 onward: no earlier slot exists, so the cache is not read
-        x, (k, v) = layer(x, cos, sin, layer_allowed, implementation=impl, causal=True)
-        k_all, v_all = write_slots(k_all, v_all, i, index, k, v, cache.layout)
+    def step(layer, carry, per):
+      x, state = carry
+      window = per.get("window")
+      layer_allowed = window_mask(allowed, distance, window)
+      view = None if cached is None else cached.layer(state, per["index"], window)
+      x, new_kv = self._block(layer, x, cos, sin, layer_allowed, view, impl=impl,
+                              causal=view is None, rope_on=per.get("rope"), remat=remat)
+      if cached is not None:
+        state = cached.store(state, per["index"], new_kv)
+      return x, state
+
+    x, state = self._layers(step, (x, None if cached is None else cached.state), remat=remat)
     hidden = self.final_norm(x)
-    new_cache = None
-    if cache is not None:
-      new_cache = KVCache(k=k_all, v=v_all, valid=valid, layout=cache.layout)
+    new_cache = None if cached is None else cached.finish(state)
     if return_hidden:
       return hidden, new_cache
     return self.unembed(hidden), new_cache
@@ -360,9 +224,7 @@ class Decoder(nnx.Module):
       attention_mask = jnp.ones((b, l), bool)
     attention_mask = attention_mask.astype(bool)
     prefix_mask = prefix_mask.astype(bool)
-    table = constrain(self.embed[...], (None, None))
-    xp = jnp.take(table, prefix_ids, axis=0).astype(self.dtype)      # [U, P, D]
-    x = jnp.take(table, input_ids, axis=0).astype(self.dtype)        # [B, L, D]
+    xp, x = self._embed(prefix_ids, input_ids)                       # [U, P, D], [B, L, D]
     x = constrain(x, ("batch", "length", "act_embed"))
     cos_p, sin_p = rope_cos_sin(cfg, prefix_positions)
     cos, sin = rope_cos_sin(cfg, positions)
@@ -374,29 +236,58 @@ class Decoder(nnx.Module):
     cols = jnp.arange(p + l, dtype=jnp.int32)
     distance = cols[:, None] - cols[None, :]                         # query col − key col
     impl = attention_implementation(cfg.attention)
-    if self.scan_layers:
-      def step(layer, carry, per):
-        xp, x = carry
-        window, rope_on = per.get("window"), per.get("rope")
-        xp, (kp, vp) = layer(xp, cos_p, sin_p, _window_mask(allowed_p, distance[:p, :p], window),
-                             implementation=impl, causal=True, rope_on=rope_on)
-        prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))
-        x, _ = layer(x, cos, sin, _window_mask(allowed, distance[p:], window), None, prefix,
-                     implementation=impl, causal=False, rope_on=rope_on)
-        return xp, x
 
-      xp, x = self._layer_scan(step, (xp, x), remat=self.remat)
-      return self.final_norm(xp), self.final_norm(x)
-    block_p = _block_fn(self.remat, impl, True)
-    block = _block_fn(self.remat, impl, False)
-    for i, layer in enumerate(self.layers):
-      window = cfg.window(i)
-      layer_p = _window_mask(allowed_p, distance[:p, :p], window)
-      layer_allowed = _window_mask(allowed, distance[p:], window)
-      xp, (kp, vp) = block_p(layer, xp, cos_p, sin_p, layer_p)
+    def step(layer, carry, per):
+      xp, x = carry
+      window, rope_on = per.get("window"), per.get("rope")
+      layer_p = window_mask(allowed_p, distance[:p, :p], window)
+      layer_allowed = window_mask(allowed, distance[p:], window)
+      xp, (kp, vp) = self._block(layer, xp, cos_p, sin_p, layer_p, impl=impl, causal=True,
+                                 rope_on=rope_on, remat=self.remat)
       prefix = (jnp.take(kp, rows, axis=0), jnp.take(vp, rows, axis=0))   # rows' prefix k, v
-      x, _ = block(layer, x, cos, sin, layer_allowed, prefix)
+      x, _ = self._block(layer, x, cos, sin, layer_allowed, prefix=prefix, impl=impl,
+                         causal=False, rope_on=rope_on, remat=self.remat)
+      return xp, x
+
+    xp, x = self._layers(step, (xp, x), remat=self.remat)
     return self.final_norm(xp), self.final_norm(x)
+
+  def _embed(self, *ids: jax.Array) -> tuple[jax.Array, ...]:
+    """The embeddings of each int32 [..] array of token ids, [.., D] in `dtype`."""
+    # FSDP-style: gather the whole table for the lookup (a sharded gather replicates anyway).
+    table = constrain(self.embed[...], (None, None))
+    return tuple(jnp.take(table, i, axis=0).astype(self.dtype) for i in ids)
+
+  def _block(self, layer: Block, x, cos, sin, allowed, cached=None, prefix=None, *, impl: str,
+             causal: bool, rope_on=None, remat: bool = False):
+    """One block's forward (`Block.__call__`); with `remat` and unrolled layers, under
+    `nnx.remat` (a layer scan recomputes its whole step instead, see `_layer_scan`)."""
+    if remat and not self.scan_layers:
+      return _remat_block(impl, causal)(layer, x, cos, sin, allowed, prefix)
+    return layer(x, cos, sin, allowed, cached, prefix, implementation=impl, causal=causal,
+                 rope_on=rope_on)
+
+  def _layers(self, step, carry, *, remat: bool = False):
+    """Runs `step` over the layers: a `jax.lax.scan` over the stacked layers of a
+    `scan_layers` decoder (`_layer_scan`), else a Python loop over them.
+
+    Args:
+      step: (layer, carry, per) -> carry: one layer's work, `layer` a `Block` holding that
+        layer's parameters, `per` a dict of that layer's `index` and, where the layers
+        differ in them, its `window` (None or absent: full attention) and `rope` (bool:
+        whether it applies RoPE; absent: as the block says).
+      carry: the initial carry (a pytree of arrays).
+      remat: recompute each layer's step in the backward pass instead of keeping its
+        activations (a scan's whole step; unrolled, `step` passes it to `_block`).
+
+    Returns:
+      The carry after the last layer.
+    """
+    if self.scan_layers:
+      return self._layer_scan(step, carry, remat=remat)
+    for i, layer in enumerate(self.layers):
+      carry = step(layer, carry, {"index": i, "window": self.config.window(i)})
+    return carry
 
   def _layer_scan(self, step, carry, *, remat: bool = False):
     """Runs `step` over the stacked layers of a `scan_layers` decoder (`jax.lax.scan`).

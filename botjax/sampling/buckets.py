@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -73,13 +75,16 @@ def left_pad(prompts: Sequence[Sequence[int]], length: int, *,
   return ids, mask
 
 
-def positions_from_mask(mask: np.ndarray) -> np.ndarray:
+def positions_from_mask(mask):
   """Positions of left-padded rows: pᵢ = (Σ_{j≤i} maskⱼ) − 1, clipped at 0 on the padding.
 
   Args:
-    mask: [B, L] bool, True on real tokens.
+    mask: [B, L] bool, True on real tokens: a NumPy array, or a jax array (also traced).
 
   Returns:
-    [B, L] int32 positions; the first real token of each row is at position 0.
+    [B, L] int32 positions, a NumPy array for a NumPy mask, else a jax array; the first real
+    token of each row is at position 0.
   """
-  return np.maximum(np.cumsum(mask, axis=-1) - 1, 0).astype(np.int32)
+  xp = jnp if isinstance(mask, jax.Array) else np
+  return xp.maximum(xp.cumsum(xp.asarray(mask).astype(xp.int32), axis=-1) - 1, 0
+                    ).astype(xp.int32)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 
 def _check_buckets(name: str, buckets: tuple[int, ...]) -> None:
   if not isinstance(buckets, tuple):
@@ -97,6 +99,35 @@ class SamplingConfig:
       raise ValueError(f"min_len_bucket must be an int >= 1, got {self.min_len_bucket!r}")
     if not (self.truncated_logp is None or isinstance(self.truncated_logp, bool)):
       raise ValueError(f"truncated_logp must be None, True or False, got {self.truncated_logp!r}")
+
+  @classmethod
+  def for_model(cls, model, tokenizer=None, *, stop_token_ids=(), **fields) -> SamplingConfig:
+    """The config for a model and its tokenizer: their stop and pad ids, plus `fields`.
+
+      cfg = SamplingConfig.for_model(model, tok, max_new_tokens=256, temperature=1.0)
+
+    Args:
+      model: a `botjax.models.Decoder` (its `config`) or a `DecoderConfig`.
+      tokenizer: the model's tokenizer, or None.
+      stop_token_ids: extra ids that end a completion.
+      **fields: the other `SamplingConfig` fields (decoding rule, budget, buckets).
+
+    Returns:
+      A config whose `eos_token_ids` are the model config's `eos_token_id` (one id or several)
+      followed by the tokenizer's `eos_token_id` when it is another id, and whose
+      `pad_token_id` is the tokenizer's pad id, else the model config's, else 0.
+    """
+    config = getattr(model, "config", model)
+    ids = getattr(config, "eos_token_id", None)
+    ids = [] if ids is None else [ids] if isinstance(ids, (int, np.integer)) else list(ids)
+    eos = [int(t) for t in ids]
+    tok_eos = getattr(tokenizer, "eos_token_id", None)
+    if tok_eos is not None and int(tok_eos) not in eos:
+      eos.append(int(tok_eos))
+    pad = getattr(tokenizer, "pad_token_id", None)
+    pad_id = int(pad if pad is not None else getattr(config, "pad_token_id", None) or 0)
+    return cls(eos_token_ids=tuple(eos), stop_token_ids=tuple(int(t) for t in stop_token_ids),
+               pad_token_id=pad_id, **fields)
 
   @property
   def greedy(self) -> bool:

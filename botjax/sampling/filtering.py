@@ -13,7 +13,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 
 
 def _check_logits(logits: jax.Array) -> None:
@@ -131,8 +131,8 @@ def _first_argmax(z: jax.Array) -> jax.Array:
     [B] int32 indices (V − 1 for a row holding NaN, which has no maximum).
   """
   v = z.shape[-1]
-  top = _xla_cpu.fused_max(z, keepdims=True)
-  idx = _xla_cpu.fused_min(jnp.where(z == top, jnp.arange(v, dtype=jnp.int32), v))
+  top = xla_cpu.fused_max(z, keepdims=True)
+  idx = xla_cpu.fused_min(jnp.where(z == top, jnp.arange(v, dtype=jnp.int32), v))
   return jnp.minimum(idx, v - 1).astype(jnp.int32)
 
 
@@ -172,10 +172,10 @@ def support_threshold(scaled: jax.Array, filtered: jax.Array) -> jax.Array:
     [B] float32 thresholds.
   """
   kept = jnp.isfinite(filtered)
-  lowest_kept = _xla_cpu.fused_min(jnp.where(kept, scaled, jnp.inf))
-  highest_cut = _xla_cpu.fused_max(jnp.where(kept, -jnp.inf, scaled))
+  lowest_kept = xla_cpu.fused_min(jnp.where(kept, scaled, jnp.inf))
+  highest_cut = xla_cpu.fused_max(jnp.where(kept, -jnp.inf, scaled))
   cut = jnp.where(jnp.isfinite(highest_cut), 0.5 * (lowest_kept + highest_cut), -jnp.inf)
-  return (cut - _xla_cpu.fused_logsumexp(scaled)).astype(jnp.float32)
+  return (cut - xla_cpu.fused_logsumexp(scaled)).astype(jnp.float32)
 
 
 def draw(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int = 0,
@@ -213,7 +213,7 @@ def draw(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int =
   no_support = jnp.full(logits.shape[:1], -jnp.inf, jnp.float32)
   if temperature == 0:
     tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    logp_all = _xla_cpu.fused_log_softmax(logits)
+    logp_all = xla_cpu.fused_log_softmax(logits)
     logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
     return Draw(tokens, logp, no_support)
   scaled = logits / jnp.float32(temperature)
@@ -223,7 +223,7 @@ def draw(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int =
   noise = jax.vmap(lambda k: jax.random.gumbel(k, filtered.shape[-1:], filtered.dtype))(keys)
   tokens = _first_argmax(noise + filtered)
   cut = truncated and (0 < top_k < logits.shape[-1] or top_p < 1.0)
-  logp_all = _xla_cpu.fused_log_softmax(filtered if cut else scaled)
+  logp_all = xla_cpu.fused_log_softmax(filtered if cut else scaled)
   logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
   support = support_threshold(scaled, filtered) if cut else no_support
   return Draw(tokens, logp, support)

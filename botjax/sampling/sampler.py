@@ -20,7 +20,6 @@ that generate parts of it (`host_threads`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
 from collections.abc import Sequence
@@ -32,11 +31,11 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
 from botjax.models.decoder import KVCache
 from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
-from botjax.sampling.buckets import bucket_size, left_pad
+from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
 from botjax.sampling.filtering import draw as draw_tokens
@@ -98,13 +97,13 @@ class Sampler:
     cache_dtype: KV-cache dtype (None: the model's compute dtype, float32 if unknown).
     host_threads: split each call's prompts into this many parts, generated concurrently by
       as many host threads (same completions: a row's draws depend on its row index only).
-      None: `botjax._xla_cpu.default_host_threads` for the parameters' devices (2 on small
+      None: `botjax.xla_cpu.default_host_threads` for the parameters' devices (2 on small
       CPU hosts without a mesh, else 1). A call whose parts the batch buckets would pad to
       more rows than the whole runs as one program.
 
   The KV cache layout and the attention path follow the model's `config.attention` (see
   `botjax.models.Decoder`). On CPU targets the programs are compiled with
-  `botjax._xla_cpu.compiler_options` and lowered with `botjax._xla_cpu.threefry_unrolled`
+  `botjax.xla_cpu.compiler_options` and lowered with `botjax.xla_cpu.threefry_unrolled`
   (both per program, chosen from the devices; `BOTJAX_XLA_CPU_TUNING=0` turns them off).
   """
 
@@ -137,12 +136,12 @@ class Sampler:
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call
     where = mesh if mesh is not None else self.params
     if host_threads is None:
-      host_threads = _xla_cpu.default_host_threads(where, mesh=mesh)
+      host_threads = xla_cpu.default_host_threads(where, mesh=mesh)
     if not isinstance(host_threads, int) or host_threads < 1:
       raise ValueError(f"host_threads must be an int >= 1 (or None), got {host_threads!r}")
     self.host_threads = host_threads
-    self._pool = None
-    self._generate_jit = _xla_cpu.jit(self._generate_impl, decode=True,
+    self._threads = xla_cpu.HostThreads(host_threads, name="sampler")
+    self._generate_jit = xla_cpu.jit(self._generate_impl, decode=True,
                                       static_argnames=("n", "gen_len"))
 
   # -- host side ---------------------------------------------------------------------------
@@ -220,8 +219,6 @@ class Sampler:
     padded_mask = np.zeros((pb, lp), bool)
     padded_ids[:num], padded_mask[:num] = ids, mask
     padded_mask[num:, -1] = True              # dummy rows: one token, never generate
-    active = np.zeros((pb,), bool)
-    active[:num] = True
 
     extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
     if len(extra) != num:
@@ -238,50 +235,34 @@ class Sampler:
 
     if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
       key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
-    parts = min(self.host_threads, num)
-    if parts > 1:
-      bounds = np.linspace(0, num, parts + 1).round().astype(int)
-      sizes = [self.buckets(int(hi - lo), lp, int(max_new), n)[0]
-               for lo, hi in zip(bounds[:-1], bounds[1:])]
-      if sum(sizes) > pb:   # the parts' batch buckets would pad them to more rows than the call
-        parts = 1
-    if parts == 1:
-      out, steps = self._run(params, padded_ids, padded_mask, active, stops, key, max_new,
-                             n=n, tb=tb, row_offset=0)
-      self.last_num_steps = steps
-      if pb != num:
-        out = jax.tree.map(lambda x: x[:num * n], out)
-        out = out.replace(num_groups=num)
-      return out
-    # Host-parallel: contiguous runs of prompts, each padded to its own batch bucket, with the
-    # row keys of their place in the whole batch.
-    if self._pool is None:
-      self._pool = concurrent.futures.ThreadPoolExecutor(self.host_threads,
-                                                         thread_name_prefix="sampler")
+    # Contiguous runs of prompts (one run: the whole call), each padded to its own batch
+    # bucket and generated with the row keys of its place in the whole batch; the host threads
+    # generate several runs concurrently (`host_threads`).
+    parts = self._threads.split(num, lambda m: self.buckets(m, lp, int(max_new), n)[0], pb)
 
-    def part(i):
-      lo, hi, size = int(bounds[i]), int(bounds[i + 1]), sizes[i]
+    def part(lo, hi, size):
       # Padding rows repeat the last row of the whole call (inactive here, so never decoded).
       rows = np.full((size,), pb - 1, np.int32)
       rows[:hi - lo] = np.arange(lo, hi)
-      act = np.arange(size) < hi - lo
-      o, st = self._run(params, padded_ids[rows], padded_mask[rows], act, stops[rows], key,
-                        max_new, n=n, tb=tb, row_offset=lo * n)
-      o = jax.tree.map(lambda x: x[:(hi - lo) * n], o)
-      jax.block_until_ready(o.tokens)
-      return o.replace(group_ids=o.group_ids + lo, num_groups=num), st
+      active = np.arange(size) < hi - lo
+      out, steps = self._run(params, padded_ids[rows], padded_mask[rows], active, stops[rows],
+                             key, max_new, n=n, tb=tb, row_offset=lo * n)
+      if len(parts) > 1:
+        jax.block_until_ready(out.tokens)
+      out = jax.tree.map(lambda x: x[:(hi - lo) * n], out)
+      return out.replace(group_ids=out.group_ids + lo if lo else out.group_ids,
+                         num_groups=num), steps
 
-    results = list(self._pool.map(part, range(parts)))
+    results = self._threads.map(part, parts)
     outs = [o for o, _ in results]
-    out = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+    out = outs[0] if len(outs) == 1 else jax.tree.map(
+        lambda *xs: jnp.concatenate(xs, axis=0), *outs)
     self.last_num_steps = functools.reduce(jnp.maximum, [st for _, st in results])
     return out
 
   def close(self) -> None:
     """Stops the host threads of `host_threads` > 1 (a later `generate` starts them again)."""
-    if self._pool is not None:
-      self._pool.shutdown(wait=True)
-      self._pool = None
+    self._threads.close()
 
   def _run(self, params, ids, mask, active, stops, key, max_new, *, n, tb, row_offset):
     """One call of the jitted program (rows sharded over the mesh when there is one)."""
@@ -293,9 +274,9 @@ class Sampler:
       replicated = NamedSharding(self.mesh, P())
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               *args[6:])
-      with jax.set_mesh(self.mesh), _xla_cpu.threefry_unrolled(self.mesh):
+      with jax.set_mesh(self.mesh), xla_cpu.threefry_unrolled(self.mesh):
         return self._generate_jit(*args, n=n, gen_len=tb)
-    with _xla_cpu.threefry_unrolled(params):
+    with xla_cpu.threefry_unrolled(params):
       return self._generate_jit(*args, n=n, gen_len=tb)
 
   # -- device side -------------------------------------------------------------------------
@@ -320,7 +301,7 @@ class Sampler:
       [B, V] of each row's next token).
     """
     num, lp = prompt_ids.shape
-    positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=1) - 1, 0)
+    positions = positions_from_mask(prompt_mask)
     # The barrier hides the empty cache and the start index from XLA, which would otherwise
     # constant-fold the fully masked scores of the empty cached slots: [P, K, G, Lp, Lp] per
     # layer, seconds of compile time at batch 64.

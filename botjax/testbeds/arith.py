@@ -24,10 +24,11 @@ from botjax import algorithms
 from botjax import data as data_lib
 from botjax import models
 from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
-from botjax.sampling import Sampler
+from botjax.sampling import make_engine
 from botjax.train import config as config_lib
 from botjax.train.evaluate import evaluate
-from botjax.train.loop import ListPrompts, RLTrainer
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
 from botjax.train.sft import SFTConfig, sft
 
 
@@ -170,11 +171,12 @@ def make_eval_fn(records: Sequence[dict], *, n: int = 4, temperature: float = 1.
   cache: dict = {}
 
   def fn(trainer: RLTrainer, step: int) -> dict:
-    if "sampler" not in cache:
+    if "engine" not in cache:   # the run's engine kind, with the evaluation's decoding rule
       sc = dataclasses.replace(trainer.sampling, temperature=temperature,
                                max_new_tokens=max_new_tokens, top_k=0, top_p=1.0)
-      cache["sampler"] = Sampler(trainer.model(), trainer.model_config, sc, mesh=trainer.mesh)
-    return evaluate(cache["sampler"], trainer.tokenizer, records, correct_fn=correct_fn,
+      cache["engine"] = make_engine(trainer.cfg.rollout.engine, trainer.model(), sc,
+                                    mesh=trainer.mesh)
+    return evaluate(cache["engine"], trainer.tokenizer, records, correct_fn=correct_fn,
                     params=trainer.full_state(), n=n, key=jax.random.PRNGKey(seed),
                     ks=(1, 2, 4), prompt_fn=prompt_messages)
   return fn
@@ -205,17 +207,34 @@ def quickstart_config(recipe: str, *, seed: int = 0, workdir: str, steps: int = 
 
 def make_trainer(prepared: Prepared, cfg: config_lib.TrainConfig, *, w_s: float = 0.5,
                  strategy: str = "error_propagation", window: int = 1, noise: float = 0.0,
-                 eval_n: int = 4, run_config: dict | None = None) -> RLTrainer:
-  """An RLTrainer on the warm-started model with the exact step judge and held-out eval."""
+                 eval_n: int = 4, run_config: dict | None = None, reward_fn=None,
+                 **trainer_kwargs) -> RLTrainer:
+  """An RLTrainer on the warm-started model with held-out evaluation.
+
+  Args:
+    prepared: the testbed (`prepare`).
+    cfg: the TrainConfig (`quickstart_config`).
+    w_s, strategy, window, noise: the default reward: `MathReward` with the exact step judge
+      (`ExactArithmeticJudge`, verdicts flipped with probability `noise`), w_g = 3.
+    eval_n: samples per held-out problem.
+    run_config: extra entries of the saved config.
+    reward_fn: a reward function to train on instead (its `spec` declares what it gives; its
+      name is saved in the config); w_s, strategy, window and noise are then unused.
+    **trainer_kwargs: further `RLTrainer` arguments (e.g. `engine=`, `eval_fn=None`).
+  """
   model = models.load_pretrained(prepared.checkpoint)
   tok = models.load_tokenizer(prepared.checkpoint)
-  judge = ExactArithmeticJudge(noise=noise, seed=cfg.seed)
-  reward = MathReward(judge, w_g=3.0, w_s=w_s, strategy=strategy, window=window)
   run_config = dict(run_config or {})
-  run_config.update(train=config_lib.to_dict(cfg), reward={
-      "w_s": w_s, "strategy": strategy, "window": window, "noise": noise},
-      setup=dataclasses.asdict(prepared.setup))
-  return RLTrainer(cfg, model=model, tokenizer=tok,
-                   prompts=ListPrompts(prepared.train, seed=cfg.seed), reward_fn=reward,
-                   prompt_fn=prompt_messages, eval_fn=make_eval_fn(prepared.eval, n=eval_n),
-                   run_config=run_config)
+  if reward_fn is None:
+    judge = ExactArithmeticJudge(noise=noise, seed=cfg.seed)
+    reward_fn = MathReward(judge, w_g=3.0, w_s=w_s, strategy=strategy, window=window)
+    reward = {"w_s": w_s, "strategy": strategy, "window": window, "noise": noise}
+  else:
+    reward = {"reward_fn": getattr(reward_fn, "__name__", type(reward_fn).__name__)}
+  run_config.update(train=config_lib.to_dict(cfg), reward=reward,
+                    setup=dataclasses.asdict(prepared.setup))
+  kwargs = dict(prompts=ListPrompts(prepared.train, seed=cfg.seed), prompt_fn=prompt_messages,
+                eval_fn=make_eval_fn(prepared.eval, n=eval_n), run_config=run_config,
+                checkpoint=prepared.checkpoint)
+  kwargs.update(trainer_kwargs)
+  return RLTrainer(cfg, model=model, tokenizer=tok, reward_fn=reward_fn, **kwargs)

@@ -25,7 +25,7 @@ from botjax.rewards.react import prompts as prompts_lib
 from botjax.testbeds import arith
 
 FLAWS = ("unused_variable", "missing_key", "var", "missing_brace", "bad_import")
-GENERATOR_VERSION = 2          # part of the cache key: bump when `component` changes
+GENERATOR_VERSION = 3          # part of the cache key: bump when the warm-start data changes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,6 +114,22 @@ def prompt_messages(record) -> list[dict[str, str]]:
   return prompts_lib.chat_messages(record["prompt"])
 
 
+def warm_start_corpus(prompts: Sequence[prompts_lib.ReactPrompt], train: Sequence[dict],
+                      setup: TinyReactSetup) -> tuple[list[tuple[dict, str]], list[str]]:
+  """The warm start's (record, completion) pairs for the `train` records, and the tokenizer's
+  training texts: the system prompt once per request (every chat sends it), every request, and
+  the completions."""
+  rng = random.Random(setup.seed)
+  pairs = []
+  for rec in train:
+    for _ in range(setup.examples_per_prompt):
+      flaw = rng.choice(FLAWS) if rng.random() < setup.flaw_rate else None
+      pairs.append((rec, completion(component(rec["prompt"], rng, flaw))))
+  corpus = ([prompts_lib.SYSTEM_PROMPT] * len(prompts) + [p.prompt for p in prompts]
+            + [c for _, c in pairs])
+  return pairs, corpus
+
+
 def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
             prompts: Sequence[prompts_lib.ReactPrompt] | None = None,
             verbose: bool = True) -> arith.Prepared:
@@ -122,7 +138,8 @@ def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
   Args:
     workdir: where `react-warmstart-<hash>/` is cached.
     setup: sizes and warm-start settings.
-    prompts: the prompt set (default: the built-in one), split 80/20 by id.
+    prompts: the prompt set (default: the built-in one), split 80/20 by
+      `prompts.split_prompts`.
     verbose: print progress of the warm start.
 
   Returns:
@@ -135,14 +152,8 @@ def prepare(workdir: str, setup: TinyReactSetup = TinyReactSetup(), *,
   ckpt = os.path.join(workdir, f"react-warmstart-{setup.digest()}")
   if os.path.exists(os.path.join(ckpt, "config.json")):
     return arith.Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=True)
-  rng = random.Random(setup.seed)
-  pairs = []
-  for rec in train:
-    for _ in range(setup.examples_per_prompt):
-      flaw = rng.choice(FLAWS) if rng.random() < setup.flaw_rate else None
-      pairs.append((rec, completion(component(rec["prompt"], rng, flaw))))
+  pairs, corpus = warm_start_corpus(prompts, train, setup)
   tmp = ckpt + ".partial"
-  corpus = [prompts_lib.SYSTEM_PROMPT] * 4 + [p.prompt for p in prompts] + [c for _, c in pairs]
   tok = data_lib.build_tokenizer(tmp, corpus, vocab_size=setup.vocab_size)
   model, eos = arith.tiny_model(tok, setup, max_position_embeddings=1024)
   prompt_ids, completion_ids = [], []

@@ -1,9 +1,15 @@
 """Orbax checkpoints holding everything a run needs to continue exactly where it stopped.
 
-A checkpoint at step N stores the TrainState (params, optimizer state, update counter, PRNG
-key) and a JSON record: the full run config, the data-iterator position, the host loop's own
-counters. `Checkpointer.restore_latest` refuses a config that differs in a field that matters,
-naming each differing field.
+A checkpoint at step N (`<workdir>/checkpoints/N/`) stores the TrainState (`state`: params,
+optimizer state, update counter, PRNG key; see `botjax.train.step.TrainState`) and a JSON record
+(`meta`: the full run config, the prompt-source position, the host loop's own counters). The
+trainer saves one every `TrainConfig.checkpoint_every` steps and at the end, and keeps the newest
+`TrainConfig.keep_checkpoints` (default 2; older ones are deleted as new ones land).
+
+`Checkpointer.restore_latest` (resume) refuses a config that differs in a field that matters,
+naming each differing field; `Checkpointer.restore_params(step, like)` reads the policy
+parameters of any saved step alone (no optimizer state, no config check), which is what
+`botjax.train.load_params(workdir, step)` uses.
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ class ConfigMismatchError(ValueError):
 
 
 class Checkpointer:
-  """Saves every `every` steps (and on demand), keeps the last `keep`.
+  """Saves checkpoints of a run's TrainState and counters; keeps the newest `keep`.
 
   Args:
-    directory: where checkpoints live (`<workdir>/checkpoints`).
-    keep: how many recent checkpoints to keep.
+    directory: where checkpoints live (`<workdir>/checkpoints`, `RunDir.checkpointer`).
+    keep: how many recent checkpoints to keep (`TrainConfig.keep_checkpoints`).
   """
 
   def __init__(self, directory: str, *, keep: int = 2):
@@ -43,6 +49,42 @@ class Checkpointer:
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
+
+  def steps(self) -> list[int]:
+    """The saved steps, ascending."""
+    return sorted(int(s) for s in self._mngr.all_steps())
+
+  def restore_params(self, step: int, like: Any) -> Any:
+    """The policy parameters saved at `step`, read alone (no optimizer state, no config check).
+
+    Args:
+      step: a saved step (`steps()`).
+      like: a model (`nnx.Module`, possibly abstract: `nnx.eval_shape`) or its parameters
+        (`nnx.State` of its `nnx.Param` leaves, concrete or `jax.ShapeDtypeStruct`): the tree
+        structure and shardings to restore onto.
+
+    Returns:
+      The parameters, a tree like `like`'s parameters, in the dtypes they were saved with.
+
+    Raises:
+      ValueError: `step` is not saved here (the message lists the saved steps).
+    """
+    from flax import nnx
+    if step not in self.steps():
+      raise ValueError(f"no checkpoint of step {step} in {self.directory}; saved: {self.steps()}")
+    params = nnx.state(like, nnx.Param) if isinstance(like, nnx.Module) else like
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])   # for abstract leaves
+    target = {"params": jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                       sharding=getattr(x, "sharding", None) or one), params)}
+    args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding), target)
+    # A checkpointer of its own: the manager's handler for `state` is the one it saved with
+    # (StandardSave), which restores whole trees only.
+    with ocp.PyTreeCheckpointer() as ckptr:
+      out = ckptr.restore(os.path.join(self.directory, str(step), "state"),
+                          args=ocp.args.PyTreeRestore(item=target, restore_args=args,
+                                                      partial_restore=True))
+    return out["params"]
 
   def restore_latest(self, abstract_state: Any, config: dict) -> tuple[Any, dict] | None:
     """Restores the newest checkpoint onto `abstract_state`'s structure and shardings.

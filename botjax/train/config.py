@@ -37,6 +37,7 @@ class RolloutConfig:
   temperature: float = 1.0
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
+  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,8 +51,9 @@ class RewardConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-  """One RL run. `recipe` names an entry of `botjax.algorithms.RECIPES`."""
-  recipe: str = "bot_grpo"
+  """One RL run. `recipe` names an entry of `botjax.algorithms.RECIPES` (built-in or added with
+  `register_recipe`), or is an `algorithms.Recipe` (used as given, then `recipe_overrides`)."""
+  recipe: Any = "bot_grpo"             # str | algorithms.Recipe
   recipe_overrides: tuple[tuple[str, Any], ...] = ()   # e.g. (("kl_coef", 0.001),)
   optim: OptimConfig = OptimConfig()
   rollout: RolloutConfig = RolloutConfig()
@@ -72,8 +74,8 @@ class TrainConfig:
   workdir: str = "runs/default"
   log_every: int = 1
   eval_every: int = 0                  # 0 = never during training
-  checkpoint_every: int = 50
-  keep_checkpoints: int = 2
+  checkpoint_every: int = 50           # 0 = never (not even at the end)
+  keep_checkpoints: int = 2            # the newest N checkpoints are kept, older ones deleted
   max_skipped_updates: int = 20        # consecutive non-finite updates before the run stops
   tensorboard: bool = True
   wandb_project: str = ""              # empty = off
@@ -89,9 +91,20 @@ RESUMABLE_FIELDS = frozenset({
 })
 
 
+# Fields added to the config since runs were first saved, with the value that reproduces those
+# runs: a saved config without the field is the same as one holding this value.
+ADDED_FIELDS: dict[str, Any] = {"rollout.engine": "jax"}
+
+
 def to_dict(cfg) -> dict:
   """A JSON-ready nested dict of a (possibly nested) config dataclass."""
-  return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+  return json_ready(dataclasses.asdict(cfg))
+
+
+def json_ready(config: Mapping) -> dict:
+  """`config` as it reads back from JSON (tuples as lists, other objects as their str), so that
+  a config compares equal to the one saved with a checkpoint."""
+  return json.loads(json.dumps(dict(config), default=str))
 
 
 def _flatten(d: Mapping, prefix: str = "") -> dict:
@@ -109,14 +122,16 @@ def config_diff(saved: Mapping, current: Mapping, ignore: frozenset = RESUMABLE_
   """Dotted names of fields that differ between two `to_dict` configs (ignored ones excluded).
 
   A field the saved config lacks (added to the config since) counts as the same when it is None
-  now, its "unset" value, so runs saved before it existed still resume."""
+  now, its "unset" value, or the value of `ADDED_FIELDS` that reproduces the older runs, so runs
+  saved before it existed still resume."""
   a, b = _flatten(saved), _flatten(current)
   names = sorted(set(a) | set(b))
   diffs = []
   for n in names:
     if n in ignore or n.split(".", 1)[-1] in ignore and n.startswith("train."):
       continue
-    if n not in a and b[n] is None:
+    bare = n.split(".", 1)[-1] if n.startswith("train.") else n
+    if n not in a and (b[n] is None or bare in ADDED_FIELDS and b[n] == ADDED_FIELDS[bare]):
       continue          # a field added since the run was saved, at its "unset" default
     if a.get(n, "<absent>") != b.get(n, "<absent>"):
       diffs.append(f"{n}: saved={a.get(n, '<absent>')!r} now={b.get(n, '<absent>')!r}")
@@ -132,6 +147,8 @@ def _parse_value(text: str, typ: Any, field_name: str):
     if low in ("0", "false", "no", "off"):
       return False
     raise ValueError(f"--set {field_name}={text!r}: expected a boolean (true/false)")
+  if typ is Any:                       # TrainConfig.recipe: a recipe name on the command line
+    return text
   if typ in (int, float, str):
     try:
       return typ(text)
@@ -195,3 +212,41 @@ def _parse_recipe_value(name: str, text: str):
     raise ValueError(f"--set recipe.{name}: unknown recipe field; valid: {', '.join(sorted(fields))}")
   hints = typing.get_type_hints(algorithms.Recipe)
   return _parse_value(text, hints[name], f"recipe.{name}")
+
+
+def recipe_for_run(cfg: TrainConfig, spec):
+  """The run's recipe: `cfg.recipe` adapted to the reward's spec, then `cfg.recipe_overrides`.
+
+  A recipe name is looked up with `algorithms.get_recipe`; DAPO's overlong lengths and Dr.
+  GRPO's L_norm then follow the run's generation budget (`Recipe.for_budget`) unless the
+  overrides set them. A `Recipe` object is used as given (build it with `get_recipe(...,
+  max_new_tokens=N)` for lengths that follow the budget). Then `algorithms.recipe_for_reward`
+  (a weighted reward is read with w_global = w_local = 1) and the overrides.
+
+  Args:
+    cfg: the TrainConfig.
+    spec: the reward's `botjax.rewards.RewardSpec` (or the reward function).
+
+  Raises:
+    ValueError: unknown recipe or field; the reward lacks a signal the recipe reads; or an
+      override of w_global / w_local would weigh an already weighted reward twice.
+  """
+  from botjax import algorithms  # local: config stays importable without jax
+  overrides = dict(cfg.recipe_overrides)
+  if isinstance(cfg.recipe, algorithms.Recipe):
+    fields = {f.name for f in dataclasses.fields(algorithms.Recipe)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+      raise ValueError(f"unknown Recipe field(s) {', '.join(unknown)} in recipe_overrides; "
+                       f"valid: {', '.join(sorted(fields))}")
+    base = cfg.recipe
+  elif isinstance(cfg.recipe, str):
+    algorithms.get_recipe(cfg.recipe, **overrides)         # unknown names fail here, by name
+    base = algorithms.get_recipe(cfg.recipe, max_new_tokens=cfg.rollout.max_new_tokens)
+  else:
+    raise ValueError(f"TrainConfig.recipe must be a recipe name or an algorithms.Recipe, got "
+                     f"{cfg.recipe!r}")
+  recipe = algorithms.recipe_for_reward(base, spec)
+  recipe = dataclasses.replace(recipe, **overrides)
+  algorithms.check_reward_inputs(recipe, spec)
+  return recipe

@@ -8,10 +8,10 @@ import jax
 import numpy as np
 
 from botjax import metrics as metrics_lib
-from botjax.sampling import Sampler, decode_completions, encode_prompts
+from botjax.sampling import RolloutEngine, decode_completions, encode_prompts
 
 
-def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], *,
+def evaluate(engine: RolloutEngine, tokenizer, records: Sequence[Mapping[str, Any]], *,
              correct_fn: Callable[[str, Mapping[str, Any]], bool], params=None, n: int = 4,
              key=None, ks: Sequence[int] = (1, 2, 4), prompt_fn: Callable | None = None,
              batch_prompts: int = 64, answer_fn: Callable[[str], Any] | None = None,
@@ -19,16 +19,19 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
   """Samples `n` completions for each record and scores them with `correct_fn`.
 
   Args:
-    sampler: a Sampler (its SamplingConfig sets temperature, top-k/p and the length budget).
+    engine: a rollout engine (`botjax.sampling.make_engine`; its SamplingConfig sets
+      temperature, top-k/p and the length budget), e.g. `RLTrainer.engine`, which holds the
+      current parameters.
     tokenizer: the model's tokenizer.
     records: evaluation records (`problem`, `answer`, ...).
     correct_fn: `(completion, record) -> bool`.
-    params: model parameters (default: the sampler's).
+    params: parameters to evaluate, set on the engine first (`engine.set_params`); None: the
+      ones it holds.
     n: samples per problem.
     key: PRNG key (default PRNGKey(0)): the same key gives the same evaluation.
     ks: the k of pass@k and, with `answer_fn`, of maj@k (k <= n; maj@n is always reported).
     prompt_fn: record -> chat messages or string.
-    batch_prompts: prompts per sampler call.
+    batch_prompts: prompts per engine call.
     answer_fn: extracts an answer from a completion for maj@k (None: no maj@k).
     answer_equal: `(extracted answer, reference str) -> bool` for maj@k (default ==).
 
@@ -41,13 +44,15 @@ def evaluate(sampler: Sampler, tokenizer, records: Sequence[Mapping[str, Any]], 
     raise ValueError("no evaluation records")
   key = jax.random.PRNGKey(0) if key is None else key
   prompt_fn = prompt_fn or (lambda r: [{"role": "user", "content": str(r["problem"])}])
+  if params is not None:
+    engine.set_params(params)
   correct = np.zeros((len(records), n), bool)
   answers: list[list[Any]] = [[] for _ in records]
   lengths = []
   for start in range(0, len(records), batch_prompts):
     chunk = records[start:start + batch_prompts]
     ids, texts = encode_prompts(tokenizer, [prompt_fn(r) for r in chunk])
-    out = sampler.generate(ids, jax.random.fold_in(key, start), n=n, params=params)
+    out = engine.generate(ids, jax.random.fold_in(key, start), n=n)
     ts = decode_completions(tokenizer, out, texts)
     lengths.extend(np.asarray(out.lengths).tolist())
     for b, text in enumerate(ts.completions):

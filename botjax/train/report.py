@@ -7,7 +7,28 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from botjax.plotting import series, steps_to_threshold
+
+
+def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> int | None:
+  """First step with `values >= threshold` (steps [N], values [N]), or None."""
+  hit = np.flatnonzero(np.asarray(values) >= threshold)
+  return int(steps[hit[0]]) if hit.size else None
+
+
+def series(records: Sequence[Mapping], key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps [N], values [N]) of the records that carry a number under `key`, in record order."""
+  pts = [(r["step"], r[key]) for r in records
+         if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+  if not pts:
+    return np.zeros((0,)), np.zeros((0,))
+  s, v = zip(*pts)
+  return np.asarray(s), np.asarray(v, dtype=float)
+
+
+def steps_to_threshold(records: Sequence[Mapping], key: str, threshold: float) -> int | None:
+  """First step at which `key` reaches `threshold` (value >= threshold), or None."""
+  s, v = series(records, key)
+  return first_crossing(s, v, threshold)
 
 
 def standard_error(xs: Sequence[float]) -> float:

@@ -7,8 +7,9 @@ One RL step's data is gathered in this order:
      signal; the sequence reward when it has none) is constant, up to the recipe's
      `max_resample_rounds` (DAPO, arXiv 2503.14476, §3.2 eq. 11); groups still missing become
      loss-free filler rows, so that the batch keeps its shape.
-  2. `RolloutCollector.sample_and_score` samples G completions per record and scores them in the
-     reward pool (`botjax.rewards.RewardPool`).
+  2. `RolloutCollector.sample_and_score` samples G completions per record with the rollout
+     engine (`botjax.sampling.RolloutEngine`, holding the current parameters) and scores them in
+     the reward pool (`botjax.rewards.RewardPool`).
   3. `assemble` turns the samples and their `RewardResult`s into arrays, reading only the reward's
      `RewardSpec`: token spans -> `local` [B, T], steps -> the step arrays, the verifier component
      -> `verifier` [B]. A row whose score failed for infrastructure reasons
@@ -16,8 +17,8 @@ One RL step's data is gathered in this order:
      gets an all-False mask and, in `collect`, a group of its own (id P), so that its fallback
      score enters neither the loss nor any other row's group statistics.
 
-Everything here is host numpy except the sampler call; `Rollouts` is what the update consumes
-(see `RLTrainer.build_batch`).
+Everything here is host numpy except the engine call; `Rollouts` is what `botjax.train.batch.
+build_batch` turns into the update's batch, and `rollout_metrics` into the step's metrics.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from botjax.rewards.base import (RewardResult, RewardSpec, spans_to_token_values,
                                  steps_to_arrays)
-from botjax.sampling import Sampler, decode_completions, encode_prompts
+from botjax.sampling import RolloutEngine, decode_completions, encode_prompts
 
 
 class PromptSource(Protocol):
@@ -305,10 +306,12 @@ class RolloutCollector:
 
   Determinism: round `r` of step `s` samples with `fold_in(key, r)`, reads prompts from the
   integer `position` (saved with checkpoints), and passes `(step, row)` to the reward function in
-  each item's metadata (`_step`, `_row`) so that noisy judges can seed themselves.
+  each item's metadata (`_step`, `_row`) so that noisy judges can seed themselves. The engine
+  samples with whatever parameters it holds (the trainer calls `engine.set_params` after each
+  update).
 
   Args:
-    sampler: the `Sampler`.
+    engine: the rollout engine (`botjax.sampling.RolloutEngine`).
     tokenizer: the model's tokenizer.
     prompts: a PromptSource.
     prompt_fn: record -> chat messages, a string, or a list of token ids.
@@ -320,10 +323,12 @@ class RolloutCollector:
     pad_id: the pad token id.
   """
 
-  def __init__(self, *, sampler: Sampler, tokenizer, prompts: PromptSource, prompt_fn: Callable,
-               pool, prompts_per_step: int, group_size: int, max_prompt_tokens: int,
-               dynamic_sampling: bool, max_resample_rounds: int, pad_id: int):
-    self.sampler, self.tokenizer, self.prompts, self.prompt_fn = sampler, tokenizer, prompts, prompt_fn
+  def __init__(self, *, engine: RolloutEngine, tokenizer, prompts: PromptSource,
+               prompt_fn: Callable, pool, prompts_per_step: int, group_size: int,
+               max_prompt_tokens: int, dynamic_sampling: bool, max_resample_rounds: int,
+               pad_id: int):
+    self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
+    self.prompt_fn = prompt_fn
     self.pool = pool
     self.spec: RewardSpec = pool.spec
     self.P, self.G = int(prompts_per_step), int(group_size)
@@ -332,6 +337,25 @@ class RolloutCollector:
     self.pad_id = int(pad_id)
     self.position = 0   # prompt-source position (records consumed)
     self.timing = {"generate_s": 0.0, "reward_s": 0.0}
+
+  @classmethod
+  def for_run(cls, cfg, recipe, *, engine: RolloutEngine, tokenizer, prompts: PromptSource,
+              reward_fn, prompt_fn: Callable = default_prompt) -> RolloutCollector:
+    """The collector of a run: `reward_fn` in a `RewardPool` as `cfg.reward` says, P, G and
+    the prompt limit from `cfg.rollout`, DAPO resampling as `recipe` says, the engine's pad id.
+
+    Args:
+      cfg: the `TrainConfig`; recipe: the run's `Recipe`; the others as the constructor's.
+    """
+    from botjax.rewards.pool import RewardPool
+    pool = RewardPool(reward_fn, num_workers=cfg.reward.workers, timeout_s=cfg.reward.timeout_s,
+                      fallback_reward=cfg.reward.fallback_reward, kind=cfg.reward.kind)
+    r = cfg.rollout
+    return cls(engine=engine, tokenizer=tokenizer, prompts=prompts, prompt_fn=prompt_fn,
+               pool=pool, prompts_per_step=r.prompts_per_step, group_size=r.group_size,
+               max_prompt_tokens=r.max_prompt_tokens, dynamic_sampling=recipe.dynamic_sampling,
+               max_resample_rounds=recipe.max_resample_rounds,
+               pad_id=engine.config.pad_token_id)
 
   def encode(self, records) -> tuple[list[list[int]], list[str]]:
     """Prompt token ids and texts of records (through `prompt_fn` and the chat template)."""
@@ -347,12 +371,13 @@ class RolloutCollector:
                          f"{self.max_prompt_tokens}")
     return ids, texts
 
-  def sample_and_score(self, records, key, *, step: int, params, group_offset: int = 0) -> Rollouts:
-    """Samples G completions per record with `params` and scores them on the host."""
+  def sample_and_score(self, records, key, *, step: int, group_offset: int = 0) -> Rollouts:
+    """Samples G completions per record with the engine's parameters and scores them on the
+    host. Moves nothing (the position is `collect`'s)."""
     G = self.G
     ids, texts = self.encode(records)
     t0 = time.perf_counter()
-    out = self.sampler.generate(ids, key, n=G, params=params)
+    out = self.engine.generate(ids, key, n=G)
     jax.block_until_ready(out.tokens)
     t1 = time.perf_counter()
     ts = decode_completions(self.tokenizer, out, texts)
@@ -372,23 +397,35 @@ class RolloutCollector:
                     group_ids=np.asarray(group_ids) + group_offset, completions=ts.completions,
                     offsets=ts.offsets, results=results, spec=self.spec)
 
-  def collect(self, key, step: int, *, params) -> tuple[Rollouts, dict]:
+  def collect(self, key, step: int, *, advance: bool = True) -> tuple[Rollouts, dict]:
     """One step's P·G rollouts and their sampling metrics.
+
+    Reads P prompt records per sampling round from `position` and, with `advance` (the
+    default), moves `position` past them, so that the next call reads the next records (the
+    trainer saves it with each checkpoint). `advance=False` leaves it where it was: the same
+    call again returns the same rollouts (for a deterministic reward).
 
     Groups are renumbered 0..P-1 in row order; rows that failed for infrastructure reasons get
     group P (so advantages run with num_groups = P + 1).
+
+    Returns:
+      (rollouts, info): sample_rounds, constant_groups (fraction of the first round's groups
+      whose accuracy is constant), dynamic_sampling_short (groups filled with loss-free rows),
+      rollouts/infra_failures, reward_failures / reward_timeouts (the pool's), generate_s,
+      reward_s, generate_tokens_per_s.
     """
     P, G = self.P, self.G
+    position, pool_before = self.position, self.pool.metrics()
     self.timing = {"generate_s": 0.0, "reward_s": 0.0}
     rounds = 1 + (self.max_resample_rounds if self.dynamic_sampling else 0)
     kept: list[Rollouts] = []
     n_kept = 0
     info = {"sample_rounds": 0, "constant_groups": 0.0}
     for rnd in range(rounds):
-      records = [self.prompts.get(self.position + i) for i in range(P)]
-      self.position += P
+      records = [self.prompts.get(position + i) for i in range(P)]
+      position += P
       part = self.sample_and_score(records, jax.random.fold_in(key, rnd), step=step,
-                                   params=params, group_offset=rnd * P)
+                                   group_offset=rnd * P)
       info["sample_rounds"] += 1
       varies = varying_groups(accuracy_signal(part), ~part.infra, P, G)
       if rnd == 0:
@@ -408,4 +445,51 @@ class RolloutCollector:
       filler = filler_rollouts(kept[-1] if kept else None, (P - n_kept) * G, self.pad_id)
       roll = filler if roll is None else concat_rollouts([roll, filler], self.pad_id)
     info["rollouts/infra_failures"] = float(roll.infra.sum())
+    pool = self.pool.metrics()
+    info.update({
+        "reward_failures": float(pool["failures"] - pool_before["failures"]),
+        "reward_timeouts": float(pool["timeouts"] - pool_before["timeouts"]),
+        **self.timing,
+        "generate_tokens_per_s": float(roll.mask.sum()) / max(self.timing["generate_s"], 1e-9)})
+    if advance:
+      self.position = position
     return regroup(roll, P, G), info
+
+
+def rollout_metrics(roll: Rollouts, spec: RewardSpec) -> dict:
+  """A step's rollout metrics over the rows that carry loss (no filler rows, no infrastructure
+  failures).
+
+  Keys: reward_mean / reward_std (the sequence reward), response_length (tokens),
+  truncated_fraction (rows cut at max_new_tokens), accuracy (the verifier's mean, when the
+  reward declares one), reward/<component> (the mean of each named component of the results);
+  with a reward that declares token spans (`spec.token_spans`), the local signal S_t [B, T] on
+  the scored tokens: local/mean, local/min, local/max, and local/row_sum (the mean over rows of
+  Σ_t S_t, the row's token-span total).
+  """
+  real = roll.mask.any(axis=1)
+  r, lengths = roll.rewards[real], roll.lengths[real]
+  out = {
+      "reward_mean": float(r.mean()) if r.size else 0.0,
+      "reward_std": float(r.std()) if r.size else 0.0,
+      "response_length": float(lengths.mean()) if lengths.size else 0.0,
+      "truncated_fraction": float((roll.finish[real] == 1).mean()) if real.any() else 0.0,
+  }
+  if roll.verifier is not None:
+    out["accuracy"] = float(roll.verifier[real].mean()) if real.any() else 0.0
+  comps: dict[str, list] = {}
+  for res, ok in zip(roll.results, real):
+    if ok:
+      for k, v in res.components.items():
+        comps.setdefault(k, []).append(v)
+  out.update({f"reward/{k}": float(np.mean(v)) for k, v in comps.items()})
+  if spec.token_spans:
+    tokens = roll.local[roll.mask]
+    out.update({
+        "local/mean": float(tokens.mean()) if tokens.size else 0.0,
+        "local/min": float(tokens.min()) if tokens.size else 0.0,
+        "local/max": float(tokens.max()) if tokens.size else 0.0,
+        "local/row_sum": float(np.where(roll.mask, roll.local, 0.0)[real].sum(axis=1).mean())
+                         if real.any() else 0.0,
+    })
+  return out

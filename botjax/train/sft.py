@@ -16,12 +16,16 @@ import numpy as np
 import optax
 from flax import nnx
 
-from botjax import _xla_cpu
+from botjax import xla_cpu
+from botjax.sampling import positions_from_mask
 from botjax.train import step as step_lib
+from botjax.train.config import OptimConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SFTConfig:
+  """Supervised fine-tuning: AdamW (`step.make_optimizer`) with linear warm-up over
+  `warmup_steps` and cosine decay to 10% of `learning_rate` at `steps`."""
   steps: int = 400
   batch_size: int = 64
   learning_rate: float = 3e-3
@@ -51,8 +55,7 @@ def pack_examples(prompts: Sequence[Sequence[int]], completions: Sequence[Sequen
     ids[i, lp - len(p):lp] = p
     ids[i, lp:lp + len(c)] = c
     attn[i, lp - len(p):lp + len(c)] = True
-  pos = np.maximum(np.cumsum(attn, axis=1) - 1, 0).astype(np.int32)
-  return ids, pos, attn, attn[:, lp:], t
+  return ids, positions_from_mask(attn), attn, attn[:, lp:], t
 
 
 def sft(model: nnx.Module, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
@@ -64,14 +67,12 @@ def sft(model: nnx.Module, prompts: Sequence[Sequence[int]], completions: Sequen
   """
   ids, pos, attn, loss_mask, t = pack_examples(prompts, completions, pad_id)
   graphdef, params, rest = step_lib.split_model(model)
-  sched = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1),
-                                             max(cfg.steps, cfg.warmup_steps + 1),
-                                             end_value=0.1 * cfg.learning_rate)
-  tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                   optax.adamw(sched, weight_decay=cfg.weight_decay))
+  tx = step_lib.make_optimizer(OptimConfig(   # AdamW, linear warm-up, cosine decay to 10%
+      learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps, schedule="cosine",
+      weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm), cfg.steps)
   opt_state = tx.init(params)
 
-  @functools.partial(_xla_cpu.jit, donate_argnums=(0, 1))
+  @functools.partial(xla_cpu.jit, donate_argnums=(0, 1))
   def train_step(params, opt_state, ids, pos, attn, lmask):
     def loss_fn(p):
       logp, _ = step_lib.completion_logprobs(graphdef, p, rest, ids, pos, attn, completion_len=t)

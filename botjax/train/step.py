@@ -22,11 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from botjax import algorithms
-from botjax import losses
+from botjax import algorithms, losses, xla_cpu
 from botjax.models import logprobs as logprobs_lib
-from botjax import _xla_cpu
-from botjax._xla_cpu import ParallelUpdate  # noqa: F401  (host-thread update, CPU hosts)
 from botjax.train.config import OptimConfig
 
 
@@ -111,9 +108,6 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
     clone.remat = bool(remat)
     graphdef, params, rest = nnx.split(clone, nnx.Param, ...)
   return graphdef, params, rest
-
-
-group_prompts = logprobs_lib.group_prompts
 
 
 def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
@@ -307,13 +301,76 @@ def make_update_fn(graphdef, rest, recipe, optimizer, *, num_micro=1, temperatur
                    chunk=128, donate=True, num_prompts=0):
   """`update` jitted with everything static bound; `(state, batch) -> StepOutput`.
 
-  Called at top level on a small CPU host, it compiles with `botjax._xla_cpu.compiler_options`;
+  Called at top level on a small CPU host, it compiles with `botjax.xla_cpu.compiler_options`;
   called inside your own `jax.jit` (or any other trace), it is a plain jitted function.
   """
   fn = functools.partial(update, graphdef=graphdef, rest=rest, recipe=recipe,
                          optimizer=optimizer, num_micro=num_micro, temperature=temperature,
                          chunk=chunk, num_prompts=num_prompts)
-  return _xla_cpu.jit(fn, donate_argnums=(0,) if donate else ())
+  return xla_cpu.jit(fn, donate_argnums=(0,) if donate else ())
+
+
+class ParallelUpdate:
+  """`update` with its slices' gradients computed concurrently by host threads.
+
+  `fn(state, batch)` splits the B rows into `parts` contiguous slices, computes each slice's
+  loss share and gradient (`micro_grads`) in its own thread, and applies their sum
+  (`apply_grads`): the arithmetic of `update(..., num_micro=parts)`, in `parts` programs that
+  run side by side. For small CPU hosts, where XLA:CPU leaves a core idle during much of one
+  program (see `botjax.xla_cpu.default_host_threads`).
+
+  Args:
+    graphdef, rest, recipe, optimizer, temperature, chunk: as for `make_update_fn`.
+    parts: number of slices and threads (B must be divisible by it).
+    num_prompts: U for each slice (at least the distinct prompts of any slice), or 0.
+  """
+
+  def __init__(self, graphdef, rest, recipe, optimizer, *, parts: int, temperature=1.0,
+               chunk=128, num_prompts=0, donate=True):
+    if parts < 2:
+      raise ValueError(f"ParallelUpdate needs parts >= 2, got {parts}")
+    self.parts = parts
+    self._den = jax.jit(functools.partial(loss_denominator, recipe=recipe))
+    self._grads = xla_cpu.jit(functools.partial(
+        micro_grads, graphdef=graphdef, rest=rest, recipe=recipe,
+        temperature=temperature, chunk=chunk, num_prompts=num_prompts))
+
+    def apply(state, grads, losses_, stats):
+      total = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), grads)
+      stat = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), stats)
+      return apply_grads(state, total, functools.reduce(jnp.add, losses_), stat,
+                         optimizer=optimizer)
+
+    self._apply = xla_cpu.jit(apply, donate_argnums=(0,) if donate else ())
+    self._threads = xla_cpu.HostThreads(parts, name="update")
+    self._shapes: set = set()
+
+  def __call__(self, state, batch):
+    B = batch.input_ids.shape[0]
+    if B % self.parts:
+      raise ValueError(f"batch of {B} rows is not divisible into {self.parts} parts")
+    rows = B // self.parts
+    den = self._den(batch.loss_mask)
+    slices = [(jax.tree.map(lambda x, i=i: x[i * rows:(i + 1) * rows], batch),)
+              for i in range(self.parts)]
+
+    def grads(mb):
+      out = self._grads(state.params, mb, den)
+      jax.block_until_ready(out)
+      return out
+
+    shape = jax.tree.map(lambda x: x.shape, slices[0][0])
+    if repr(shape) not in self._shapes:   # a new shape: compile once, in this thread
+      results = [grads(*slices[0])] + self._threads.map(grads, slices[1:])
+      self._shapes.add(repr(shape))
+    else:
+      results = self._threads.map(grads, slices)
+    return self._apply(state, [g for _, _, g in results], [l for l, _, _ in results],
+                       [s for _, s, _ in results])
+
+  def close(self) -> None:
+    """Stops the threads (after any slice in flight)."""
+    self._threads.close()
 
 
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
@@ -325,7 +382,7 @@ def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
     return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk, num_prompts=num_prompts)
-  return _xla_cpu.jit(fn, static_argnums=(4, 5))
+  return xla_cpu.jit(fn, static_argnums=(4, 5))
 
 
 def prompt_slots(prompt_ids: np.ndarray, prompt_positions: np.ndarray, prompt_mask: np.ndarray,

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from botjax import plotting as plot
-from botjax.train.writer import MetricsWriter
+from botjax.train.rundir import MetricsWriter
 from _util import imported, run_script_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

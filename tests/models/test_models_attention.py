@@ -16,8 +16,8 @@ import pytest
 from flax import nnx
 
 import botjax.models as bm
-from botjax import _xla_cpu
-from botjax.models import layers
+from botjax import xla_cpu
+from botjax.models import attention, attention_cpu
 
 BASE = bm.DecoderConfig(model_type="qwen2", vocab_size=64, hidden_size=32, num_layers=2,
                         num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48,
@@ -60,7 +60,7 @@ def _inputs(seed, b=2, l=5, s=7, n=4, kh=2, h=8):
 def test_each_attention_matches_a_numpy_loop(seed):
   q, k, v, allowed = _inputs(seed)
   want = _np_attention(q, k, v, allowed)
-  got = layers.dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
+  got = attention.dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
                                      jnp.asarray(allowed), implementation="xla")
   np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
   # the "cpu" path's kernel: head-major queries pre-scaled, grouped as [B, K, G·L, H]
@@ -68,8 +68,8 @@ def test_each_attention_matches_a_numpy_loop(seed):
   kh = k.shape[2]
   qh = (q.reshape(b, l, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, -1, h)
         / np.sqrt(h))
-  bias = np.where(allowed, 0.0, layers._MASK_VALUE).astype(np.float32)
-  out = layers.attend(jnp.asarray(qh), jnp.asarray(k.transpose(0, 2, 1, 3)),
+  bias = np.where(allowed, 0.0, attention_cpu.MASK_VALUE).astype(np.float32)
+  out = attention_cpu.attend(jnp.asarray(qh), jnp.asarray(k.transpose(0, 2, 1, 3)),
                       jnp.asarray(v.transpose(0, 2, 1, 3)), jnp.asarray(bias))
   out = np.asarray(out).reshape(b, kh, n // kh, l, h).transpose(0, 3, 1, 2, 4).reshape(q.shape)
   np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
@@ -84,14 +84,15 @@ def test_attention_kernels_have_the_same_gradient():
   w = jnp.asarray(np.where(np.asarray(allowed).any(-1)[..., None, None], w, 0.0))
 
   def xla(q, k, v):
-    return jnp.sum(layers.dot_product_attention(q, k, v, allowed, implementation="xla") * w)
+    return jnp.sum(attention.dot_product_attention(q, k, v, allowed, implementation="xla") * w)
 
   def cpu(q, k, v):
     b, l, n, h = q.shape
     kh = k.shape[2]
     qh = q.reshape(b, l, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, -1, h)
-    bias = jnp.where(allowed, 0.0, layers._MASK_VALUE)
-    out = layers.attend(qh * h ** -0.5, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), bias)
+    bias = jnp.where(allowed, 0.0, attention_cpu.MASK_VALUE)
+    out = attention_cpu.attend(qh * h ** -0.5, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                               bias)
     out = out.reshape(b, kh, n // kh, l, h).transpose(0, 3, 1, 2, 4).reshape(q.shape)
     return jnp.sum(out * w)
 
@@ -198,7 +199,7 @@ def test_cached_decode_agrees_across_implementations(name):
   lp, steps = 6, 3
   outs = {}
   for impl, model in models.items():
-    layout = layers.cache_layout(impl)
+    layout = attention.cache_layout(impl)
     graphdef, state = nnx.split(model)
 
     @jax.jit
@@ -236,21 +237,21 @@ def test_a_cache_of_the_other_layout_is_refused():
 
 
 def test_auto_resolves_from_the_devices_and_the_switch(monkeypatch):
-  monkeypatch.delenv(_xla_cpu.ENV_VAR, raising=False)
-  assert layers.attention_implementation("auto") == "cpu"
-  assert layers.attention_implementation("xla") == "xla"
+  monkeypatch.delenv(xla_cpu.ENV_VAR, raising=False)
+  assert attention.attention_implementation("auto") == "cpu"
+  assert attention.attention_implementation("xla") == "xla"
   tpu = jax.sharding.AbstractMesh((8,), ("fsdp",), abstract_device=jax._src.mesh.AbstractDevice(
       device_kind="TPU v5 lite", num_cores=None, platform="tpu"))
-  assert _xla_cpu.platform_of(tpu) == "tpu"
-  assert layers.attention_implementation("auto", tpu) == "xla"
+  assert xla_cpu.platform_of(tpu) == "tpu"
+  assert attention.attention_implementation("auto", tpu) == "xla"
   mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
-  assert layers.attention_implementation("auto", mesh) == "cpu"
+  assert attention.attention_implementation("auto", mesh) == "cpu"
   params = nnx.state(bm.Decoder(BASE, rngs=nnx.Rngs(0)))
-  assert _xla_cpu.platform_of(params) == "cpu"
-  monkeypatch.setenv(_xla_cpu.ENV_VAR, "0")
-  assert layers.attention_implementation("auto") == "xla"
+  assert xla_cpu.platform_of(params) == "cpu"
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "0")
+  assert attention.attention_implementation("auto") == "xla"
   with pytest.raises(ValueError, match="attention implementation 'flash'.*'cudnn'"):
-    layers.attention_implementation("flash")
+    attention.attention_implementation("flash")
   with pytest.raises(ValueError, match="attention 'flash' is not supported"):
     dataclasses.replace(BASE, attention="flash")
 
@@ -261,6 +262,6 @@ def test_cudnn_matches_xla_on_gpu():
   allowed = allowed | jnp.eye(128, dtype=bool)[None]
   allowed = allowed & jnp.tril(jnp.ones((128, 128), bool))[None]
   q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
-  a = layers.dot_product_attention(q, k, v, allowed, implementation="cudnn", causal=True)
-  b = layers.dot_product_attention(q, k, v, allowed, implementation="xla")
+  a = attention.dot_product_attention(q, k, v, allowed, implementation="cudnn", causal=True)
+  b = attention.dot_product_attention(q, k, v, allowed, implementation="xla")
   np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-2)

@@ -332,7 +332,7 @@ def test_attend_custom_backward_equals_autodiff(groups):
 
   Covers grouped queries, ragged masks and a row with no visible key (uniform weights).
   """
-  from botjax.models.layers import _MASK_VALUE, attend
+  from botjax.models.attention_cpu import MASK_VALUE as _MASK_VALUE, attend
   rng = np.random.default_rng(groups)
   b, kh, l, h = 3, 2, 7, 5
   qh = jnp.asarray(rng.normal(size=(b, kh, groups * l, h)), jnp.float32)

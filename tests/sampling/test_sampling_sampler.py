@@ -260,7 +260,7 @@ def test_host_threads_do_not_split_into_more_padded_rows(model, sampling):
   cfg = dataclasses.replace(sampling.config, batch_buckets=(8,))
   many = Sampler(model, CFG, cfg, host_threads=2)
   out = many.generate([[1, 2], [3], [4, 5, 6], [7, 8]] * 2, jax.random.key(1), n=1)
-  assert many.num_compiled() == 1 and many._pool is None and out.tokens.shape[0] == 8
+  assert many.num_compiled() == 1 and not many._threads.started and out.tokens.shape[0] == 8
   one = Sampler(model, CFG, cfg, host_threads=1).generate([[1, 2], [3], [4, 5, 6], [7, 8]] * 2,
                                                         jax.random.key(1), n=1)
   np.testing.assert_array_equal(out.tokens, one.tokens)

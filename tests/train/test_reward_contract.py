@@ -21,7 +21,8 @@ from botjax.rewards.react import ReactReward, ReactRewardConfig, chat_messages
 from botjax.sampling.text import decode_with_offsets
 from botjax.train import config as C
 from botjax.train import rollouts as R
-from botjax.train.loop import ListPrompts, RLTrainer
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)

@@ -16,8 +16,9 @@ from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, Rewar
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
 from botjax.train import rollouts
-from botjax.train.loop import ListPrompts, RLTrainer
-from botjax.train.writer import read_jsonl
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
+from botjax.train.rundir import read_jsonl
 
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
@@ -53,8 +54,8 @@ def make_trainer(env, cfg, reward=None, **kw):
       cfg, model=model, tokenizer=env["tok"], prompts=ListPrompts(env["train"], seed=0),
       reward_fn=reward,
       prompt_fn=lambda r: data.chat_messages(r, data.ARITHMETIC_TEMPLATE),
-      sampler=env["samplers"].get("s"), **kw)
-  env["samplers"].setdefault("s", trainer.sampler)   # one compiled sampler for the module
+      engine=env["samplers"].get("s"), **kw)
+  env["samplers"].setdefault("s", trainer.engine)   # one compiled sampler for the module
   return trainer
 
 
@@ -217,10 +218,6 @@ def test_config_diff_of_a_run_saved_before_a_field_existed():
 def test_wrong_reward_granularity_is_a_configuration_error(env, tmp_path):
   with pytest.raises(ValueError, match="token-level"):
     make_trainer(env, base_config(tmp_path, "bot_grpo"), reward=MathReward(None))
-  # the deprecated reward_provides may not claim what the reward's spec does not declare
-  with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="does not declare"):
-    make_trainer(env, base_config(tmp_path, "grpo"), reward=MathReward(None),
-                 reward_provides=("token",))
 
 
 class LengthReward:
@@ -250,10 +247,10 @@ def test_dapo_dynamic_sampling_filters_on_accuracy_not_on_the_reward(env, tmp_pa
   t = make_trainer(env, _dapo(tmp_path / "a"), reward=LengthReward(
       accuracy=lambda c: 0.0, reward=lambda c: 0.1 * len(c)))
   try:
-    first = t.sample_and_score([t.prompts.get(i) for i in range(P)], jax.random.fold_in(key, 0),
+    c = t.collector
+    first = c.sample_and_score([c.prompts.get(i) for i in range(P)], jax.random.fold_in(key, 0),
                                step=0)
-    t.position = 0
-    roll, info = t.collect(key, 0)
+    roll, info = c.collect(key, 0)
   finally:
     t.close()
   assert rollouts.varying_groups(first.rewards, ~first.infra, P, G).any()   # the reward varies
@@ -263,7 +260,7 @@ def test_dapo_dynamic_sampling_filters_on_accuracy_not_on_the_reward(env, tmp_pa
   t = make_trainer(env, _dapo(tmp_path / "b"), reward=LengthReward(
       accuracy=lambda c: float(len(c) % 2), reward=lambda c: 1.0))
   try:
-    roll, info = t.collect(key, 0)
+    roll, info = t.collector.collect(key, 0)
   finally:
     t.close()
   kept = roll.mask.any(axis=1).reshape(P, G).any(axis=1)
@@ -309,8 +306,9 @@ def test_host_threads_give_the_same_update(env, tmp_path):
     trainer = make_trainer(env, base_config(tmp_path / str(threads), steps=1,
                                             host_threads=threads))
     try:
-      assert trainer._update_threads(8, 1) == threads
-      assert trainer._update_threads(8, 2) == 1 and trainer._update_threads(7, 1) == 1
+      threads_of = trainer.programs.threads
+      assert threads_of(8, 1) == threads
+      assert threads_of(8, 2) == 1 and threads_of(7, 1) == 1
       records = trainer.run()
     finally:
       trainer.close()

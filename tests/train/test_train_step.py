@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from botjax import algorithms, losses
 from botjax import models
+from botjax.models import logprobs as logprobs_lib
 from botjax.train import step as step_lib
 from botjax.train.config import OptimConfig
 
@@ -179,7 +180,7 @@ def test_evaluate_reports_pass_at_k_and_majority(tmp_path):
 def test_trimming_padding_columns_keeps_every_completion_logprob(model):
   # The loop drops all-padding columns (leading prompt, trailing completion) before the update;
   # the completions' log-probs must not change.
-  from botjax.train.loop import Rollouts, _trim_columns
+  from botjax.train.rollouts import Rollouts, trim_columns
   rng = np.random.default_rng(3)
   v = model.config.vocab_size
   lp, t = 16, 24
@@ -200,9 +201,9 @@ def test_trimming_padding_columns_keeps_every_completion_logprob(model):
                   logp=z, lengths=clen, finish=np.zeros(n, np.int32), rewards=np.zeros(n),
                   local=z, verifier=None, step_rewards=None, step_mask=None, token_step=None,
                   group_ids=np.zeros(n, np.int32), results=[], completions=[])
-  cut = _trim_columns(roll, 8, 4)
+  cut = trim_columns(roll, 8, 4)
   assert cut.prompt_ids.shape == (n, 8) and cut.tokens.shape == (n, 16)   # 5 -> 8, 10 -> 16
-  assert _trim_columns(roll, 8, 16).prompt_ids.shape == (n, 16)          # never widened
+  assert trim_columns(roll, 8, 16).prompt_ids.shape == (n, 16)          # never widened
   graphdef, params, rest = step_lib.split_model(model)
 
   def logp_of(r):
@@ -244,14 +245,14 @@ def test_group_prompts_numbers_distinct_prompts_in_order_of_first_row():
   mask = ids > 0
   pos = np.maximum(np.cumsum(mask, 1) - 1, 0).astype(np.int32)
   ids[1, 0] = 4                  # a different id under padding does not make a new prompt
-  rows, first = jax.jit(step_lib.group_prompts, static_argnums=3)(ids, pos, mask, 4)
+  rows, first = jax.jit(logprobs_lib.group_prompts, static_argnums=3)(ids, pos, mask, 4)
   np.testing.assert_array_equal(rows, [0, 1, 0, 2, 1])
   np.testing.assert_array_equal(first[:3], [0, 1, 3])
   assert first.shape == (4,)     # a spare slot (filled with row 0)
   # same ids and mask but other positions: another prompt
   pos2 = pos.copy()
   pos2[2] += 1
-  rows, _ = step_lib.group_prompts(ids, pos2, mask, 4)
+  rows, _ = logprobs_lib.group_prompts(ids, pos2, mask, 4)
   np.testing.assert_array_equal(rows, [0, 1, 2, 3, 1])
 
 

@@ -4,8 +4,8 @@ Entry points:
   ReactReward(ReactRewardConfig(...), code_judge=CodeJudge(JudgeConfig(...)), vlm_judge=...)
       the RewardFn; `.score(...)` also returns diagnostics, screenshots and verdicts.
   load_prompts() / load_prompts_jsonl(path) / load_hf_prompts(...) / split_prompts(...)
-      React prompt sets (a built-in set of a few dozen requests for CPU runs).
-  compile_rate(...), visible_rate(...), pairwise_win_rate(...), plot_compile_rate(...), plot_win_rates(...)
+      React prompt sets (a built-in set of 270 requests in 16 categories, split 216 / 54).
+  compile_rate(...), visible_rate(...), pairwise_win_rate(...)
       held-out evaluation (ABBA pairwise VLM protocol).
 Model-written code never runs in the calling process: Node workers only parse and bundle it, and
 Chromium renders it with the network blocked and time and memory limits.
@@ -14,8 +14,6 @@ from botjax.rewards.react.evaluate import (
     compile_rate,
     evaluate_compile_rate,
     pairwise_win_rate,
-    plot_compile_rate,
-    plot_win_rates,
     save_json,
     visible_rate,
     win_rate,
@@ -72,7 +70,7 @@ from botjax.rewards.react.toolchain import (
 __all__ = [
     "SYSTEM_PROMPT", "ReactPrompt", "check_toolchain", "builtin_prompts", "chat_messages",
     "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
-    "load_prompts_jsonl", "pairwise_win_rate", "plot_compile_rate", "plot_win_rates", "save_json",
+    "load_prompts_jsonl", "pairwise_win_rate", "save_json",
     "split_prompts", "validate_prompts", "visible_rate", "win_rate",
     "ALLOWED_MODULES", "ChatClient", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
     "ExtractedCode", "JudgeConfig", "LintMessage", "LintWeights", "NodePool", "PairwiseJudge",

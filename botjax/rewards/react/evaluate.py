@@ -7,8 +7,8 @@ ABBA outcome of a prompt: four verdicts in the orders AB, BA, BA, AB; a 3–1 or
 1 to the winner and 0 to the loser, a 2–2 split gives 0.5 to each (unanswered rounds vote for
 nobody, and the side with more votes wins); win rate = mean outcome over prompts, tie rate =
 fraction of prompts at 0.5 (`botjax.metrics.abba_outcomes`). Results are plain dicts
-(JSON-ready); `plot_compile_rate` (Figure 1) and `plot_win_rates` (Figure 2) are those of
-`botjax.plotting`, re-exported here.
+(JSON-ready); the figures of these results (Figure 1, `plot_compile_rate`; Figure 2,
+`plot_win_rates`) are drawn by `botjax.plotting`.
 
 References:
   BoT-GRPO (Yang et al.), §4.1, Figures 1–2 (no arXiv id found).
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from botjax import metrics
-from botjax.plotting import plot_compile_rate, plot_win_rates  # noqa: F401  (re-exported)
 from botjax.rewards.react.judges import PairwiseJudge
 from botjax.rewards.react.reward import ReactReward, ReactScore
 

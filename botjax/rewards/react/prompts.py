@@ -1,20 +1,54 @@
 """React task prompts: records {id, prompt, category?}, the built-in set, loaders and a split.
 
-The built-in set (`data/prompts.jsonl`, 44 requests in 8 categories) was written for botjax; it is
-small enough for CPU runs and tests. Larger sets come from local JSONL/JSON files or from a
-dataset the `datasets` library can open offline (a local directory or the HF cache).
+The built-in set (`data/prompts.jsonl`) holds 270 single-component requests written for botjax in
+the style of the paper's synthetic, WebDev-Arena-like test prompts (BoT-GRPO, arXiv 2610.09804):
+16 categories (`CATEGORIES`), 20 prompts each in landing, dashboards, forms, data, commerce and
+games and 15 in each of the others. Every request is self-contained: sample data lives in the
+component, nothing is fetched, and only react, react-dom and lucide-react may be imported. Ids are
+`react-000`..`react-043` for the first 44 requests and `<category>-<NNN>` for the rest.
+`data/references/<id>.tsx` holds a short reference solution for 64 of them (four per category),
+which tests compile, lint and render with the pinned toolchain.
+
+`split_prompts` holds out 20% by a seeded rule stratified by category (see its docstring): 216
+train and 54 test prompts of the built-in set, 12 and 3 or 16 and 4 per category.
+
+Larger sets come from local JSONL/JSON files or from a dataset the `datasets` library can open
+offline (a local directory or the HF cache).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import math
+import numbers
 import os
 import pathlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 BUILTIN_PATH = pathlib.Path(__file__).resolve().parent / "data" / "prompts.jsonl"
+REFERENCES_DIR = BUILTIN_PATH.parent / "references"
+
+# The built-in set's categories: the kinds of UI WebDev-Arena-style request sets cover.
+CATEGORIES: dict[str, str] = {
+    "landing": "landing pages and marketing sections (heroes, features, testimonials, footers)",
+    "dashboards": "dashboards, stat cards and admin layouts",
+    "forms": "forms and inputs with validation",
+    "data": "data tables, lists, trees, feeds and viewers",
+    "navigation": "navigation bars, sidebars, menus, tabs, breadcrumbs and pagination",
+    "overlays": "modals, dialogs, drawers, popovers, tooltips and toasts",
+    "cards": "cards and galleries",
+    "commerce": "pricing tables and e-commerce (products, carts, checkout, orders)",
+    "time": "calendars, planners, timers and clocks",
+    "games": "small games",
+    "calculators": "calculators, converters and generators",
+    "charts": "charts drawn with SVG or CSS",
+    "editors": "text and editor tools",
+    "settings": "settings and profile pages",
+    "apps": "small single-screen apps (todo lists, trackers, notes, chat, players)",
+    "widgets": "interactive widgets (accordions, carousels, sliders, ratings, pickers)",
+}
 
 SYSTEM_PROMPT = (
     "You write single-file React components in TypeScript (TSX), styled with Tailwind CSS "
@@ -85,9 +119,14 @@ def load_prompts_jsonl(path: str | os.PathLike) -> list[ReactPrompt]:
 
 
 def builtin_prompts() -> list[ReactPrompt]:
-  """The built-in React prompt set (44 requests: forms, dashboards, games, landing pages,
-  utilities, data display, commerce, interactive widgets)."""
+  """The built-in React prompt set: 270 requests in the 16 `CATEGORIES` (see the module doc)."""
   return load_prompts_jsonl(BUILTIN_PATH)
+
+
+def reference_solutions() -> dict[str, str]:
+  """The built-in set's reference solutions: {prompt id: TSX source} from `data/references/`."""
+  return {path.stem: path.read_text(encoding="utf-8")
+          for path in sorted(REFERENCES_DIR.glob("*.tsx"))}
 
 
 def load_hf_prompts(name: str, split: str = "train", *, prompt_field: str = "prompt",
@@ -141,17 +180,45 @@ def load_prompts(source: str | os.PathLike | None = None, **hf_kwargs) -> list[R
 
 
 def split_prompts(prompts: Sequence[ReactPrompt], *, test_fraction: float = 0.2,
-                  salt: str = "botjax") -> tuple[list[ReactPrompt], list[ReactPrompt]]:
-  """Deterministic train/test split by a hash of each id (the paper used 80/20).
+                  seed: int = 0) -> tuple[list[ReactPrompt], list[ReactPrompt]]:
+  """Seeded train/test split stratified by category (the paper held out 20%).
 
-  A prompt's side depends only on its id and `salt`, so adding prompts never moves old ones.
+  The rule: group the prompts by `category` (prompts without one form a group of their own); rank
+  each group's prompts by the SHA-256 digest of `f"{seed}:{id}"`; the first
+  `floor(test_fraction * n + 1/2)` of a group of n go to test, the rest to train. So every
+  category is split at `test_fraction` up to rounding (15 prompts -> 3 test, 20 -> 4), and:
+  - the split depends only on the ids, the categories, `test_fraction` and `seed`, not on the
+    order of `prompts`;
+  - adding or removing prompts of one category never moves a prompt of another;
+  - adding k prompts to a category moves at most k of its earlier prompts between the sides.
+
+  Args:
+    prompts: records with unique ids.
+    test_fraction: the held-out share of each category, in [0, 1].
+    seed: an integer; another seed gives another split with the same sizes.
+
+  Returns:
+    (train, test), each in the order of `prompts`.
+
+  Raises:
+    ValueError: for a test_fraction outside [0, 1] or a seed that is not an integer.
   """
-  if not 0.0 <= test_fraction <= 1.0:
-    raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-  train, test = [], []
+  if (isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real)
+      or not 0.0 <= test_fraction <= 1.0):
+    raise ValueError(f"test_fraction must be a number in [0, 1], got {test_fraction!r}")
+  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    raise ValueError(f"seed must be an integer, got {seed!r}")
+  groups: dict[str | None, list[ReactPrompt]] = {}
   for p in prompts:
-    h = int.from_bytes(hashlib.sha256(f"{salt}:{p.id}".encode()).digest()[:8], "big") / 2**64
-    (test if h < test_fraction else train).append(p)
+    groups.setdefault(p.category, []).append(p)
+  held_out: set[str] = set()
+  for group in groups.values():
+    ranked = sorted(group, key=lambda p: hashlib.sha256(f"{seed}:{p.id}".encode()).digest())
+    # + 1e-9: halves round up as they do in decimal (0.58 * 25 is 14.499999999999998 in floats)
+    n_test = math.floor(float(test_fraction) * len(group) + 0.5 + 1e-9)
+    held_out.update(p.id for p in ranked[:n_test])
+  train = [p for p in prompts if p.id not in held_out]
+  test = [p for p in prompts if p.id in held_out]
   return train, test
 
 

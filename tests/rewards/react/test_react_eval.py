@@ -1,9 +1,16 @@
 """React prompt sets, compile rate, JSON results and the Figure 1/2 style plots."""
+import collections
+import hashlib
 import json
+import math
+from fractions import Fraction
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 from PIL import Image
 
+from botjax import plotting
 from botjax.rewards.base import RewardResult
 from botjax.rewards.react import evaluate as ev
 from botjax.rewards.react import prompts as pr
@@ -14,9 +21,8 @@ from botjax.rewards.react.toolchain import CompileResult
 
 def test_builtin_prompt_set():
   ps = pr.builtin_prompts()
-  assert len(ps) == 44 and len({p.id for p in ps}) == 44
-  assert {p.category for p in ps} == {"forms", "dashboards", "games", "landing", "utilities",
-                                      "data", "commerce", "interactive"}
+  assert len(ps) == 270 and len({p.id for p in ps}) == 270   # the module docstring's figures
+  assert {p.category for p in ps} == set(pr.CATEGORIES) and len(pr.CATEGORIES) == 16
   assert all(len(p.prompt) > 40 for p in ps)
   assert pr.load_prompts() == ps
   msgs = pr.chat_messages(ps[0])
@@ -24,20 +30,89 @@ def test_builtin_prompt_set():
   assert msgs[1] == {"role": "user", "content": ps[0].prompt}
 
 
-def test_split_is_deterministic_and_stable():
+def _rule(prompts, fraction, seed):
+  """The documented split rule written out on its own: per category, rank the ids by
+  SHA-256(f"{seed}:{id}") and hold out the first floor(fraction * n + 1/2), in exact arithmetic."""
+  groups = collections.defaultdict(list)
+  for p in prompts:
+    groups[p.category].append(p.id)
+  held_out = set()
+  for ids in groups.values():
+    ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
+    held_out |= set(ranked[:math.floor(Fraction(str(fraction)) * len(ids) + Fraction(1, 2))])
+  return held_out
+
+
+def test_builtin_split_is_80_20_in_every_category():
   ps = pr.builtin_prompts()
   train, test = pr.split_prompts(ps, test_fraction=0.2)
-  assert sorted(p.id for p in train + test) == sorted(p.id for p in ps)
-  assert not {p.id for p in train} & {p.id for p in test}
-  assert 4 <= len(test) <= 16
-  assert pr.split_prompts(ps, test_fraction=0.2) == (train, test)
-  # adding prompts never moves old ones
-  more = ps + [pr.ReactPrompt(id=f"extra-{i}", prompt="A clock widget.") for i in range(10)]
-  test2 = pr.split_prompts(more, test_fraction=0.2)[1]
-  assert [p for p in test2 if not p.id.startswith("extra")] == test
-  assert pr.split_prompts(ps, test_fraction=0.0)[1] == []
-  with pytest.raises(ValueError, match="test_fraction"):
-    pr.split_prompts(ps, test_fraction=1.5)
+  assert (len(train), len(test)) == (216, 54)                  # the module docstring's figures
+  assert {p.id for p in test} == _rule(ps, 0.2, 0)
+  sizes = collections.Counter(p.category for p in ps)
+  held = collections.Counter(p.category for p in test)
+  for category, n in sizes.items():
+    assert held[category] == n // 5 and n % 5 == 0, (category, n, held[category])
+  assert sorted(train + test, key=ps.index) == ps and not set(train) & set(test)
+  assert pr.split_prompts(ps) == (train, test)                 # defaults: 0.2, seed 0
+  other = pr.split_prompts(ps, test_fraction=0.2, seed=1)[1]
+  assert collections.Counter(p.category for p in other) == held and other != test
+
+
+def test_split_is_stable_when_prompts_are_added():
+  ps = pr.builtin_prompts()
+  _, test = pr.split_prompts(ps, test_fraction=0.2)
+  # a new category, or more prompts in one category, never moves a prompt of another category
+  new = [pr.ReactPrompt(f"maps-{i:03d}", "A map widget.", "maps") for i in range(10)]
+  more_games = [pr.ReactPrompt(f"games-{i:03d}", "A puzzle.", "games") for i in range(100, 107)]
+  for extra in (new, more_games):
+    test2 = pr.split_prompts(ps + extra, test_fraction=0.2)[1]
+    touched = {p.category for p in extra}
+    assert ([p for p in test2 if p.category not in touched]
+            == [p for p in test if p.category not in touched])
+  old_games = {p.id for p in ps if p.category == "games"}
+  moved = ({p.id for p in test if p.id in old_games}
+           ^ {p.id for p in pr.split_prompts(ps + more_games)[1] if p.id in old_games})
+  assert len(moved) <= len(more_games)
+
+
+@hypothesis.given(
+    categories=st.lists(st.sampled_from(["a", "b", "c", None]), max_size=40),
+    fraction=st.integers(0, 100).map(lambda k: k / 100), seed=st.integers(0, 2**40),
+    added=st.integers(0, 6), order=st.randoms(use_true_random=False))
+def test_split_rule_properties(categories, fraction, seed, added, order):
+  ps = [pr.ReactPrompt(f"p{i}", f"Request {i}.", c) for i, c in enumerate(categories)]
+  train, test = pr.split_prompts(ps, test_fraction=fraction, seed=seed)
+  assert {p.id for p in test} == _rule(ps, fraction, seed)
+  # disjoint, covering, each side in input order
+  assert train == [p for p in ps if p not in test] and test == [p for p in ps if p in test]
+  # the sides depend on the ids, not on the order of the input
+  shuffled = list(ps)
+  order.shuffle(shuffled)
+  train2, test2 = pr.split_prompts(shuffled, test_fraction=fraction, seed=seed)
+  assert {p.id for p in test2} == {p.id for p in test}
+  # adding k prompts to category "a" moves at most k of its earlier prompts, and no other prompt
+  extra = [pr.ReactPrompt(f"new{i}", "More.", "a") for i in range(added)]
+  test3 = {p.id for p in pr.split_prompts(ps + extra, test_fraction=fraction, seed=seed)[1]}
+  old = {p.id for p in test}
+  moved = {p.id for p in ps if (p.id in old) != (p.id in test3)}
+  assert len(moved) <= added and all(p.category == "a" for p in ps if p.id in moved)
+
+
+def test_split_edges_and_errors():
+  ps = pr.builtin_prompts()
+  assert pr.split_prompts(ps, test_fraction=0.0) == (ps, [])
+  assert pr.split_prompts(ps, test_fraction=1.0) == ([], ps)
+  assert pr.split_prompts([], test_fraction=0.2) == ([], [])
+  # halves round up as in exact arithmetic, though 0.58 * 25 is 14.499999999999998 in floats
+  for fraction, n, held_out in [(0.58, 25, 15), (0.7, 45, 32), (0.5, 1, 1), (0.5, 3, 2)]:
+    same = [pr.ReactPrompt(f"x{i}", "A clock.", "time") for i in range(n)]
+    assert len(pr.split_prompts(same, test_fraction=fraction)[1]) == held_out, (fraction, n)
+  for bad in (1.5, -0.1, float("nan"), "0.2", None, True):
+    with pytest.raises(ValueError, match=r"test_fraction must be a number in \[0, 1\], got"):
+      pr.split_prompts(ps, test_fraction=bad)
+  for bad in (1.5, "0", None, False):
+    with pytest.raises(ValueError, match="seed must be an integer, got"):
+      pr.split_prompts(ps, seed=bad)
 
 
 def test_jsonl_loading_and_errors(tmp_path):
@@ -101,8 +176,8 @@ def test_json_and_plots(tmp_path):
   ev.save_json({"compile": runs, "win": wr}, tmp_path / "out" / "eval.json")
   back = json.loads((tmp_path / "out" / "eval.json").read_text())
   assert back["win"]["vs GRPO"]["win_rate"] == 0.625 and back["compile"]["GRPO"][2] == [20, 0.3]
-  ev.plot_compile_rate(runs, tmp_path / "fig1.png")
-  ev.plot_win_rates(wr, tmp_path / "fig2.png")
+  plotting.plot_compile_rate(runs, tmp_path / "fig1.png")
+  plotting.plot_win_rates(wr, tmp_path / "fig2.png")
   for name in ("fig1.png", "fig2.png"):
     with Image.open(tmp_path / name) as img:
       assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 300

@@ -10,13 +10,14 @@ make them faster, and all of them live here:
   lowers its own programs (`threefry_unrolled`);
 * glibc allocator settings for CPU training processes (`tune_host_allocator`, called
   explicitly by the scripts that want it);
-* host-thread splitting of sampling and of the RL update (`default_host_threads`,
-  `ParallelUpdate`).
+* host threads that run parts of a batch as separate programs side by side
+  (`default_host_threads`, `HostThreads`; the sampler splits its prompts with them, and
+  `botjax.train.step.ParallelUpdate` the rows of an update).
 
 The switch is the environment variable `BOTJAX_XLA_CPU_TUNING`:
 
-* `auto` (default): the in-program measures (fused reductions, Threefry, the CPU attention
-  path of `botjax.models`) apply when the target is CPU; compiler options and host threads
+* `auto` (default): the in-program measures (fused reductions, Threefry, the `"cpu"` attention
+  of `botjax.models.attention_cpu`) apply when the target is CPU; compiler options and host threads
   apply on CPU hosts with at most 4 cores (where they were measured);
 * `1` (or `on`): as `auto`, also on CPU hosts with more cores;
 * `0` (or `off`): nothing here applies; every program is the portable one.
@@ -27,6 +28,8 @@ with `jax.export` from a CPU host) contains only the portable branch; compiler o
 host threads are chosen from the platform of the devices a program runs on. Nothing here
 changes process-wide JAX state: the Threefry lowering applies only inside
 `threefry_unrolled()`, and the allocator only changes when `tune_host_allocator` is called.
+
+A leaf of botjax: it imports nothing of botjax but `botjax.types`, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -461,65 +464,68 @@ def default_host_threads(where: Any = None, *, mesh: Any = None) -> int:
   return 2 if small_host(where) else 1
 
 
-class ParallelUpdate:
-  """`botjax.train.step.update` with its slices' gradients computed concurrently by host threads.
+class HostThreads:
+  """Runs contiguous parts of a batch as separate programs, one host thread per part.
 
-  `fn(state, batch)` splits the B rows into `parts` contiguous slices, computes each slice's
-  loss share and gradient (`micro_grads`) in its own thread, and applies their sum
-  (`apply_grads`): the arithmetic of `update(..., num_micro=parts)`, in `parts` programs that
-  run side by side. For small CPU hosts, where XLA:CPU leaves a core idle during much of one
-  program (see `default_host_threads`).
+  The parts of a call run side by side (see `default_host_threads` for why that pays on small
+  CPU hosts); with one thread, or one part, everything runs in the calling thread. The threads
+  start with the first call that has two parts.
 
   Args:
-    graphdef, rest, recipe, optimizer, temperature, chunk: as for `make_update_fn`.
-    parts: number of slices and threads (B must be divisible by it).
-    num_prompts: U for each slice (at least the distinct prompts of any slice), or 0.
+    threads: the most parts a batch is split into (>= 1).
+    name: the threads' name prefix.
   """
 
-  def __init__(self, graphdef, rest, recipe, optimizer, *, parts: int, temperature=1.0,
-               chunk=128, num_prompts=0, donate=True):
-    from botjax.train import step as step_lib
-    if parts < 2:
-      raise ValueError(f"ParallelUpdate needs parts >= 2, got {parts}")
-    self.parts = parts
-    self._den = jax.jit(functools.partial(step_lib.loss_denominator, recipe=recipe))
-    self._grads = jit(functools.partial(
-        step_lib.micro_grads, graphdef=graphdef, rest=rest, recipe=recipe,
-        temperature=temperature, chunk=chunk, num_prompts=num_prompts))
+  def __init__(self, threads: int, *, name: str = "botjax"):
+    if not isinstance(threads, int) or threads < 1:
+      raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+    self.threads = threads
+    self._name = name
+    self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def apply(state, grads, losses_, stats):
-      total = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), grads)
-      stat = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), stats)
-      return step_lib.apply_grads(state, total, functools.reduce(jnp.add, losses_), stat,
-                                  optimizer=optimizer)
+  @property
+  def started(self) -> bool:
+    """Whether the threads are running (a call had two parts or more, and no `close` since)."""
+    return self._pool is not None
 
-    self._apply = jit(apply, donate_argnums=(0,) if donate else ())
-    self._pool = concurrent.futures.ThreadPoolExecutor(parts, thread_name_prefix="update")
-    self._shapes: set = set()
+  def split(self, num: int, padded: Callable[[int], int], whole: int
+            ) -> list[tuple[int, int, int]]:
+    """Up to `threads` contiguous parts of `num` items, as (lo, hi, padded rows).
 
-  def __call__(self, state, batch):
-    B = batch.input_ids.shape[0]
-    if B % self.parts:
-      raise ValueError(f"batch of {B} rows is not divisible into {self.parts} parts")
-    rows = B // self.parts
-    den = self._den(batch.loss_mask)
-    slices = [jax.tree.map(lambda x, i=i: x[i * rows:(i + 1) * rows], batch)
-              for i in range(self.parts)]
+    Args:
+      num: the items (e.g. prompts) of a call, >= 1.
+      padded: the rows a part of m items is padded to (its batch bucket).
+      whole: the rows the whole call is padded to.
 
-    def grads(mb):
-      out = self._grads(state.params, mb, den)
-      jax.block_until_ready(out)
-      return out
+    Returns:
+      [(lo, hi, padded(hi − lo)), ...] in order, covering [0, num); or the whole call as one
+      part, [(0, num, whole)], where the parts together would be padded to more rows than
+      `whole` (or there is one thread or one item).
+    """
+    parts = min(self.threads, num)
+    if parts > 1:
+      bounds = np.linspace(0, num, parts + 1).round().astype(int)
+      split = [(int(lo), int(hi), padded(int(hi - lo)))
+               for lo, hi in zip(bounds[:-1], bounds[1:])]
+      if sum(rows for _, _, rows in split) <= whole:
+        return split
+    return [(0, num, whole)]
 
-    shape = jax.tree.map(lambda x: x.shape, slices[0])
-    if repr(shape) not in self._shapes:   # a new shape: compile once, in this thread
-      results = [grads(slices[0])] + list(self._pool.map(grads, slices[1:]))
-      self._shapes.add(repr(shape))
-    else:
-      results = list(self._pool.map(grads, slices))
-    return self._apply(state, [g for _, _, g in results], [l for l, _, _ in results],
-                       [s for _, s, _ in results])
+  def map(self, fn: Callable, parts: list[tuple]) -> list:
+    """[fn(*part) for part in parts], the parts run concurrently (one part: in this thread).
+
+    `fn` should block until its results are computed (`jax.block_until_ready`), so that the
+    parts' programs run in their own threads rather than queue behind each other.
+    """
+    if len(parts) == 1:
+      return [fn(*parts[0])]
+    if self._pool is None:
+      self._pool = concurrent.futures.ThreadPoolExecutor(self.threads,
+                                                         thread_name_prefix=self._name)
+    return list(self._pool.map(lambda part: fn(*part), parts))
 
   def close(self) -> None:
-    """Stops the threads (after any slice in flight)."""
-    self._pool.shutdown(wait=True)
+    """Stops the threads (after any part in flight); a later `map` starts them again."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
