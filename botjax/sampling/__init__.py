@@ -6,8 +6,9 @@
   texts = generate_text(sampler, tokenizer, ["What is 3 + 4?"], key, n=8)  # strings + offsets
   logp, _ = completion_logprobs(model, out, temperature=sampler.config.logp_temperature)  # [B, T]
 
-Every engine (`Sampler` is botjax's lockstep one) implements `RolloutEngine`; `make_engine(name,
-model, sampling_config)` builds one by its registered name (`ENGINES`).
+Every engine implements `RolloutEngine` (botjax's: the lockstep `Sampler`, registered as "jax",
+and the continuous-batching `SlotEngine`, "slots"); `make_engine(name, model, sampling_config)`
+builds one by its registered name (`ENGINES`).
 """
 
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
@@ -25,6 +26,7 @@ from botjax.sampling.engine import (
     register_engine,
 )
 from botjax.sampling.sampler import Sampler
+from botjax.sampling.slots import SlotEngine, SlotStats
 from botjax.sampling.text import (
     TextSamples,
     TokenOffsets,
@@ -35,8 +37,9 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP", "SampleOutput", "completion_logprobs", "Sampler", "SamplingConfig",
-    "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
-    "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
-    "sample_logits", "top_k_filter", "top_p_filter",
+    "ENGINES", "FINISH_LENGTH", "FINISH_STOP", "RolloutEngine", "SampleOutput", "Sampler",
+    "SamplingConfig", "SlotEngine", "SlotStats", "TeacherForcing", "TextSamples", "TokenOffsets",
+    "bucket_size", "completion_logprobs", "decode_completions", "decode_with_offsets",
+    "encode_prompts", "filter_logits", "generate_text", "left_pad", "make_engine",
+    "positions_from_mask", "register_engine", "sample_logits", "top_k_filter", "top_p_filter",
 ]
