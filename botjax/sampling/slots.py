@@ -689,7 +689,14 @@ class SlotEngine:
     return cache, state, (*outs, steps_run, st["gen"], st["live"], st["stopped"])
 
 
-def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, **options) -> SlotEngine:
+def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_threads=None,
+                  **options) -> SlotEngine:
+  """The "slots" factory; `host_threads` (the trainer's option for the "jax" engine) sets the
+  lanes, with `num_slots` (default 64) rounded up to a multiple of them."""
+  if host_threads is not None and "lanes" not in options:
+    options["lanes"] = host_threads
+    slots = options.get("num_slots", 64)
+    options["num_slots"] = -(-slots // host_threads) * host_threads
   return SlotEngine(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)
 
 

@@ -1,0 +1,56 @@
+"""The trainer on the slot engine (`RolloutConfig.engine = "slots"`): the same rollouts and the
+same update as on the lockstep sampler ("jax"), for one seed."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from botjax import data, models
+from botjax.rewards import ExactArithmeticJudge, MathReward
+from botjax.sampling import Sampler, SlotEngine
+from botjax.train import config as C
+from botjax.train.loop import RLTrainer
+from botjax.train.rollouts import ListPrompts
+
+TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
+
+
+@pytest.mark.slow   # ~15 s: two trainers' programs compiled
+def test_slot_engine_gives_the_trainer_the_samplers_step(tmp_path):
+  tok = data.build_tokenizer(str(tmp_path / "tok"), TASK, vocab_size=300, num_problems=300)
+  eos = tok.convert_tokens_to_ids("<|im_end|>")
+  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
+                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                            intermediate_size=64, eos_token_id=(eos,),
+                            pad_token_id=tok.pad_token_id, bos_token_id=0)
+  train, _ = data.make_splits(TASK, 40, 4)
+  out = {}
+  for engine in ("jax", "slots"):
+    tc = C.TrainConfig(
+        recipe="grpo", steps=1, seed=0, workdir=str(tmp_path / engine),
+        optim=C.OptimConfig(learning_rate=1e-3),
+        rollout=C.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=128,
+                                max_new_tokens=16, temperature=1.0, engine=engine),
+        reward=C.RewardConfig(workers=2, timeout_s=20.0, kind="thread"),
+        checkpoint_every=0, tensorboard=False, progress=False, host_threads=1)
+    trainer = RLTrainer(
+        tc, model=models.Decoder(cfg, rngs=nnx.Rngs(0)), tokenizer=tok,
+        prompts=ListPrompts(train, seed=0),
+        reward_fn=MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5),
+        prompt_fn=lambda r: data.chat_messages(r, data.ARITHMETIC_TEMPLATE))
+    try:
+      assert isinstance(trainer.engine, {"jax": Sampler, "slots": SlotEngine}[engine])
+      roll, _ = trainer.collector.collect(jax.random.key(7), 0, advance=False)
+      records = trainer.run()
+    finally:
+      trainer.close()
+    out[engine] = (roll, records[0], jax.tree.leaves(jax.device_get(trainer.state.params)))
+  (ra, ma, pa), (rb, mb, pb) = out["jax"], out["slots"]
+  np.testing.assert_array_equal(ra.tokens, rb.tokens)
+  np.testing.assert_allclose(ra.logp, rb.logp, rtol=1e-6, atol=1e-6)
+  assert ma["adv_abs_max"] > 0 and ma["reward_mean"] == mb["reward_mean"]
+  for a, b in zip(pa, pb):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
