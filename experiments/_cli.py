@@ -98,6 +98,10 @@ def memory_settings(cfg, FLAGS):
   return cfg
 
 
+# The slot engine's default number of slots (`botjax.sampling.SlotEngine(num_slots=)`).
+SLOT_ENGINE_SLOTS = 64
+
+
 def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None, *,
               compute_flops: bool = True) -> str:
   """The dry-run memory/FLOPs plan of one update of `cfg` (a TrainConfig) on `mesh`, and whether
@@ -112,7 +116,7 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
       model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
       completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,
       remat=bool(cfg.remat), micro_batch_size=cfg.micro_batch_size, device_memory=memory,
-      compute_flops=compute_flops)))
+      compute_flops=compute_flops, kv_slots=SLOT_ENGINE_SLOTS if r.engine == "slots" else 0)))
 
 
 def refuse_rerun(workdir: str, resume: bool) -> None:

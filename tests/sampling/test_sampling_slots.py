@@ -215,3 +215,19 @@ def test_block_allocator():
     alloc.free([2])
   with pytest.raises(ValueError, match="at least 2 blocks"):
     BlockAllocator(1)
+
+
+def test_plan_reports_the_engines_pool(model):
+  """`models.plan(kv_slots=S)` counts the pool the engine allocates (less its trash block)."""
+  sc = dataclasses.replace(SC, prompt_len_buckets=(8,), gen_len_buckets=(16,))
+  engine = SlotEngine(model, CFG, sc, num_slots=4, lanes=1, chunk_steps=4, block_size=4,
+                      tile_blocks=1)
+  engine.generate([[5, 6, 7]], jax.random.key(0), n=2, max_new_tokens=16)
+  p = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=8 + 16, dtype=jnp.float32,
+              compute_flops=False, kv_slots=4)
+  block = 2 * CFG.num_layers * 4 * CFG.num_kv_heads * CFG.head_dim * 4      # k and v, bs = 4
+  assert engine.last_stats.pool_bytes == p.kv_cache_bytes + block
+  assert "KV cache / device (4 slots)" in str(p)
+  lockstep = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=24, dtype=jnp.float32,
+                     compute_flops=False)
+  assert lockstep.kv_cache_bytes == 16 * p.kv_cache_bytes             # 64 rows, not 4 slots
