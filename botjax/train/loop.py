@@ -66,9 +66,7 @@ class RLTrainer:
     self.recipe = recipe_for_run(cfg, collector.spec if collector else reward_spec(reward_fn))
     self.sampling = SamplingConfig.for_model(
         model, tokenizer, stop_token_ids=stop_token_ids, max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-        # the update scores untruncated log-probs (`Rollouts` carries no support yet)
-        **({"truncated_logp": False} if r.top_k > 0 or r.top_p < 1.0 else {}))
+        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
     self.pad_id, self.temperature = self.sampling.pad_token_id, self.sampling.logp_temperature
     engine = engine or (collector.engine if collector is not None else None)
     if engine is not None and engine.config != self.sampling:

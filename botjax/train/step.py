@@ -49,6 +49,9 @@ class RLBatch:
     advantages: f32[B, T] token advantages, zero outside `loss_mask`.
     loss_mask: bool[B, T] True on completion tokens that carry loss.
     seq_weights: f32[B] per-completion weights (ReCo), ones otherwise.
+    support: f32[B, T] the sampler's top-k / top-p support thresholds of the completion
+      tokens (`SampleOutput.support_logp`), or None: the update's log-probs are then taken
+      under the same truncated distribution as `old_logp` (`completion_logprobs(support=)`).
   """
   input_ids: jax.Array
   positions: jax.Array
@@ -58,6 +61,7 @@ class RLBatch:
   advantages: jax.Array
   loss_mask: jax.Array
   seq_weights: jax.Array
+  support: jax.Array | None = None
 
   @property
   def completion_len(self) -> int:
@@ -112,7 +116,7 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
 
 def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
                         completion_len: int, temperature: float = 1.0, chunk: int = 128,
-                        num_prompts: int = 0):
+                        num_prompts: int = 0, support=None):
   """`botjax.models.logprobs.completion_logprobs` of the split model (differentiable in params).
 
   Log-probs and entropies of the T completion tokens under softmax(logits / temperature),
@@ -130,6 +134,8 @@ def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_
     chunk: completion positions per chunk.
     num_prompts: U (static), at least the number of distinct prompts among the B rows, or
       0 to run every row's prompt (no sharing).
+    support: optional f32[B, T] top-k / top-p support thresholds of the completion tokens
+      (`RLBatch.support`): log-probs under the sampler's truncated distribution.
 
   Returns:
     (logp f32[B, T], entropy f32[B, T]).
@@ -137,7 +143,7 @@ def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_
   model = nnx.merge(graphdef, params, rest)
   return logprobs_lib.completion_logprobs(
       model, input_ids, positions, attention_mask, completion_len=completion_len,
-      temperature=temperature, chunk_size=chunk, num_prompts=num_prompts)
+      temperature=temperature, chunk_size=chunk, num_prompts=num_prompts, support=support)
 
 
 class StepOutput(NamedTuple):
@@ -188,7 +194,7 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
     logp, ent = completion_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
                                     mb.attention_mask, completion_len=T,
                                     temperature=temperature, chunk=chunk,
-                                    num_prompts=num_prompts)
+                                    num_prompts=num_prompts, support=mb.support)
     per_token, m = algorithms.policy_loss(
         recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,
         ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights)
