@@ -4,7 +4,8 @@ The trainer, the evaluations and a user's own loop call rollouts through this in
 which engine generates them is a name in a registry (`ENGINES`), chosen by a config field
 (`RolloutConfig.engine`) or an experiment flag (`--engine=`):
 
-  engine = make_engine("jax", model, sampling_config)      # botjax's own (the default)
+  engine = make_engine("jax", model, sampling_config)      # botjax's lockstep one (default)
+  engine = make_engine("slots", model, sampling_config)    # botjax's continuous batching
   out = engine.generate(prompt_ids, key, n=8)               # SampleOutput, B = P·n rows
   engine.set_params(new_params)                             # after every update
   engine.close()

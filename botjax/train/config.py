@@ -37,7 +37,10 @@ class RolloutConfig:
   temperature: float = 1.0
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
-  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES
+  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES:
+                                       # "jax" (the lockstep Sampler) or "slots" (SlotEngine,
+                                       # continuous batching: faster when completion lengths
+                                       # spread, the same samples; docs/scaling.md)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
