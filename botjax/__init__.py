@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "types", "ops", "advantages", "losses", "algorithms", "metrics",
-    "models", "sampling", "rewards", "data", "train", "testbeds", "plotting",
+    "models", "sampling", "rewards", "data", "train", "testbeds", "plotting", "distributed",
 )
 
 

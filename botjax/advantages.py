@@ -258,7 +258,11 @@ def bot_token_rewards(seq_rewards, local_rewards, mask, *, w_global: float = 3.0
   return jnp.where(mask, r, 0.0)
 
 
-def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e-6) -> Array:
+BOT_WEIGHTINGS = ("inverse_length", "token", "row")
+
+
+def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e-6,
+             weighting: str = "inverse_length") -> Array:
   """BoT-GRPO advantages: 1/L-weighted pooled group statistics over all tokens (eq. 1–3).
 
     μ_g  = (1/K) Σ_k (1/L_k) Σ_t r⁽ᵏ⁾_t
@@ -268,6 +272,24 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   K counts the group's non-empty rows (rows with L_k = 0 are dropped from the pool). A group of
   one non-empty row takes its statistics from its own tokens, so its advantages are not zero
   when its token rewards vary. With a zero local signal this is GRPO with population std.
+
+  `weighting` chooses the weight of each token in μ_g and σ_g, to separate the paper's 1/L_k
+  weighting from its token-level pooling (the paper's Limitations say it cannot; everything but
+  the statistics stays the same, A = (r − μ_g) / (σ_g + ε) on every scored token):
+
+    "inverse_length"  w_k = 1/L_k on each token of row k (the paper, eq. 2): every row weighs 1
+                      in the pool, whatever its length.
+    "token"           w = 1 on every token: μ_g and σ_g are the plain mean and population std of
+                      the group's pooled tokens, so a row weighs L_k (long rows dominate).
+    "row"             no pooling of tokens: the statistics of the rows' mean token rewards m_k,
+                      one value per row, each row weighs 1 — μ_g = (1/K) Σ_k m_k (equal to the
+                      paper's μ_g) and σ_g² = (1/K) Σ_k (m_k − μ_g)², the between-row variance
+                      only (the paper's σ_g² adds the rows' own spread of token rewards). A group
+                      whose row means have σ_g ≤ ε (a single row, equal means) gets 0, as GRPO
+                      gives a constant group.
+
+  The general form: μ_g = Σ_k Σ_t w_{k,t} r⁽ᵏ⁾_t / Σ_k Σ_t w_{k,t}, σ_g² likewise of
+  (r − μ_g)²; "inverse_length" and "token" are that form with w = 1/L_k and w = 1.
 
   Cost: one fused reduction over the [B, T] tokens to per-row moments (count, Σ, Σ² of the
   rewards shifted by a reward of their group), segment sums over the B rows (no scatter over
@@ -282,14 +304,18 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
     group_ids: [B] int32 group of each row.
     num_groups: number of groups (static).
     eps: added to σ_g (paper: 1e-6).
+    weighting: "inverse_length" (the paper), "token" or "row" (above).
 
   Returns:
     [B, T] float32 advantages, zero outside `mask`.
 
   References:
-    Yang et al., BoT-GRPO, arXiv 2610.09804, eq. 1–3.
+    Yang et al., BoT-GRPO, arXiv 2610.09804, eq. 1–3 (the weightings other than
+    "inverse_length" are botjax's ablation of them).
   """
   _check_eps(eps)
+  if weighting not in BOT_WEIGHTINGS:
+    raise ValueError(f"weighting must be one of {BOT_WEIGHTINGS}, got {weighting!r}")
   # Advantages are constants of the policy loss; the variadic reduction below has no JVP rule.
   r = jax.lax.stop_gradient(_f32(token_rewards))
   chex.assert_rank(r, 2)
@@ -318,12 +344,24 @@ def bot_grpo(token_rewards, mask, group_ids, *, num_groups: int, eps: float = 1e
   inv_len = 1.0 / jnp.maximum(length, 1.0)
   row_m1 = row_s1 * inv_len                                        # (1/L_k) Σ_t x
   row_m2 = row_s2 * inv_len                                        # (1/L_k) Σ_t x²
-  k = jnp.maximum(ops.segment_count(group_ids, num_groups=num_groups, where=length > 0.0), 1.0)
-  m1_g = ops.segment_sum(row_m1, group_ids, num_groups=num_groups) / k   # μ_g − c_g
-  m2_g = ops.segment_sum(row_m2, group_ids, num_groups=num_groups) / k
-  var_g = jnp.maximum(m2_g - m1_g * m1_g, 0.0)                     # σ_g², shift-invariant
+  if weighting == "token":                                         # w = 1: Σ over tokens / Σ L
+    n_g = jnp.maximum(ops.segment_sum(length, group_ids, num_groups=num_groups), 1.0)
+    m1_g = ops.segment_sum(row_s1, group_ids, num_groups=num_groups) / n_g
+    m2_g = ops.segment_sum(row_s2, group_ids, num_groups=num_groups) / n_g
+  else:                                                            # every non-empty row weighs 1
+    k = jnp.maximum(ops.segment_count(group_ids, num_groups=num_groups, where=length > 0.0), 1.0)
+    m1_g = ops.segment_sum(row_m1, group_ids, num_groups=num_groups) / k   # μ_g − c_g
+    m2_g = ops.segment_sum(row_m2, group_ids, num_groups=num_groups) / k
+  if weighting == "row":     # two passes, so that equal row means give exactly σ_g = 0
+    dev = jnp.where(length > 0.0, row_m1 - ops.gather_groups(m1_g, group_ids), 0.0)
+    var_g = ops.segment_sum(dev * dev, group_ids, num_groups=num_groups) / k
+  else:
+    var_g = jnp.maximum(m2_g - m1_g * m1_g, 0.0)                   # σ_g², shift-invariant
   denom = jnp.sqrt(var_g) + eps
-  scale = ops.gather_groups(1.0 / jnp.where(denom > 0.0, denom, 1.0), group_ids)   # [B]
+  inv = 1.0 / jnp.where(denom > 0.0, denom, 1.0)
+  if weighting == "row":     # a constant group: 0, as GRPO (its tokens may still vary)
+    inv = jnp.where(jnp.sqrt(var_g) > eps, inv, 0.0)
+  scale = ops.gather_groups(inv, group_ids)                        # [B]
   mean = ref + ops.gather_groups(m1_g, group_ids)                  # [B] μ_g (ref + 0 if constant)
   # From r, not x: x then feeds only the reduction and is fused into it, never materialised.
   return jnp.where(mask, (r - mean[:, None]) * scale[:, None], 0.0)

@@ -189,6 +189,14 @@ class Recipe:
     reco_max_weight: ReCo w_max (the public reproduction's 5; the paper's is unknown).
     pure_temperature: PURE softmin temperature T (authors' code: 0.1).
     pure_outcome_coef: PURE verifiable-reward coefficient (authors' code: 1.0).
+    tis_cap: C ≥ 1 of the truncated importance-sampling correction of rollouts from another
+      engine (`losses.tis_weights`: the per-token surrogate times min(π_old / π_engine, C));
+      None: off. The trainer turns it on (C = 2, TRL's default) with a rollout engine whose
+      log-probs are not its own (vLLM).
+    bot_weighting: the token weights of the bag-of-token statistics (`advantages.bot_grpo`'s
+      `weighting`, one of `advantages.BOT_WEIGHTINGS`): "inverse_length" (the paper's 1/L_k,
+      eq. 2), "token" (uniform per token) or "row" (between-row statistics of the rows' mean
+      token rewards). Read by "bot_grpo" and "bot_pure".
   """
   name: str
   granularity: Granularity | None = None
@@ -196,15 +204,15 @@ class Recipe:
   surrogate: Surrogate = Surrogate.CLIP
   agg_mode: losses.AggMode = losses.AggMode.SEQ_MEAN_TOKEN_MEAN
   agg_norm: float | None = None
-  eps_low: float = 0.2
-  eps_high: float = 0.2
+  eps_low: float = 0.2                 # clip 0.2 / 0.2, KL 0.04 (k3), ε 1e-6: the GRPO
+  eps_high: float = 0.2                # backbone's (DeepSeekMath), not stated by BoT-GRPO;
   dual_clip: float | None = None
-  kl_coef: float = 0.04
+  kl_coef: float = 0.04                # sources of every default: docs/defaults.md
   kl_kind: losses.KlKind = losses.KlKind.K3
   adv_eps: float = 1e-6
   grpo_scale: adv.GrpoScale = adv.GrpoScale.GROUP
   grpo_ddof: int = 1
-  w_global: float = 3.0
+  w_global: float = 3.0                # BoT-GRPO eq. 8 (AIME): w_g = 3.0, w_s = 0.5
   w_local: float = 0.5
   dynamic_sampling: bool = False
   max_resample_rounds: int = 0
@@ -218,6 +226,8 @@ class Recipe:
   reco_max_weight: float = 5.0
   pure_temperature: float = 0.1
   pure_outcome_coef: float = 1.0
+  tis_cap: float | None = None
+  bot_weighting: str = "inverse_length"
 
   def __post_init__(self):
     name = self.name
@@ -248,6 +258,9 @@ class Recipe:
       if not getattr(self, field) >= 0:
         raise ValueError(f"recipe {name!r}: {field} must be >= 0, got "
                          f"{getattr(self, field)!r}")
+    if self.bot_weighting not in adv.BOT_WEIGHTINGS:
+      raise ValueError(f"recipe {name!r}: bot_weighting must be one of "
+                       f"{', '.join(adv.BOT_WEIGHTINGS)}, got {self.bot_weighting!r}")
     if not isinstance(self.grpo_ddof, int) or self.grpo_ddof not in (0, 1):
       raise ValueError(f"recipe {name!r}: grpo_ddof must be 0 (population std) or 1 (Bessel), "
                        f"got {self.grpo_ddof!r}")
@@ -272,6 +285,9 @@ class Recipe:
     if not self.reco_max_weight > 0:
       raise ValueError(f"recipe {name!r}: reco_max_weight must be > 0, got "
                        f"{self.reco_max_weight!r}")
+    if self.tis_cap is not None and not self.tis_cap >= 1:
+      raise ValueError(f"recipe {name!r}: tis_cap must be >= 1 or None (off), got "
+                       f"{self.tis_cap!r}")
     if self.max_resample_rounds < 0:
       raise ValueError(f"recipe {name!r}: max_resample_rounds must be >= 0, got "
                        f"{self.max_resample_rounds!r}")
@@ -384,6 +400,14 @@ RECIPES: dict[str, Recipe] = {
     # 0.5·(mean verdict) with MathReward, then GRPO.
     "grpo_stepmean": Recipe(name="grpo_stepmean", granularity=Granularity.STEP,
                             advantage="grpo_stepmean"),
+    # Controls of BoT-GRPO's 1/L_k weighting (botjax's, beyond the paper, whose Limitations say
+    # it cannot separate the weighting from the token pooling): "bot_grpo" with uniform token
+    # weights (a row weighs its length) and with between-row statistics of the rows' mean token
+    # rewards (no token pooling); everything else as "bot_grpo" (`advantages.bot_grpo`).
+    "bot_grpo_token": Recipe(name="bot_grpo_token", granularity=Granularity.TOKEN,
+                             advantage="bot_grpo", bot_weighting="token"),
+    "bot_grpo_row": Recipe(name="bot_grpo_row", granularity=Granularity.TOKEN,
+                           advantage="bot_grpo", bot_weighting="row"),
 }
 
 # Recipe overrides of the BoT-GRPO paper's experiments (arXiv 2610.09804): eq. 1's population
@@ -604,7 +628,7 @@ def _adv_bot_grpo(recipe: Recipe, b: Batch) -> Array:
   token_rewards = adv.bot_token_rewards(b.shaped, b.local_rewards, b.mask,
                                         w_global=recipe.w_global, w_local=recipe.w_local)
   return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
-                      eps=recipe.adv_eps)
+                      eps=recipe.adv_eps, weighting=recipe.bot_weighting)
 
 
 def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
@@ -614,7 +638,7 @@ def _adv_bot_pure(recipe: Recipe, b: Batch) -> Array:
   token_rewards = adv.bot_token_rewards(b.shaped, credit, b.mask, w_global=recipe.w_global,
                                         w_local=recipe.w_local)
   return adv.bot_grpo(token_rewards, b.mask, b.group_ids, num_groups=b.num_groups,
-                      eps=recipe.adv_eps)
+                      eps=recipe.adv_eps, weighting=recipe.bot_weighting)
 
 
 def _adv_process_grpo(recipe: Recipe, b: Batch) -> Array:
@@ -827,10 +851,14 @@ POLICY_METRICS = ("ratio", "clipped", "dual_clipped", "pg_loss", "kl")
 
 
 def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=None,
-                seq_weights=None) -> tuple[Array, dict[str, Array]]:
+                seq_weights=None, behaviour_logp=None) -> tuple[Array, dict[str, Array]]:
   """Per-token policy loss of `recipe` (jit with it static), plus per-token metrics.
 
-    ℓ_{i,t} = w_i · surrogate_{i,t}  +  β · KL_{i,t}      (KL when recipe.kl_coef = β > 0)
+    ℓ_{i,t} = ρ_{i,t} · w_i · surrogate_{i,t}  +  β · KL_{i,t}   (KL when recipe.kl_coef = β > 0)
+
+  ρ is 1, or with recipe.tis_cap = C the truncated importance weight min(π_old / π_μ, C) of
+  `losses.tis_weights` (π_μ: the rollout engine's `behaviour_logp`); it weights the surrogate,
+  not the KL term, as TRL and verl apply it.
 
   surrogate: "clip" → `losses.clipped_surrogate` (eps_low, eps_high, dual_clip); "gspo" →
   `losses.gspo_surrogate` with the row's mean advantage (sequence ratio); "gspo_token" → the
@@ -846,6 +874,9 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
     ref_logp: [B, T] float reference-policy log-probs; required when recipe.kl_coef > 0,
       unused otherwise.
     seq_weights: [B] float row weights (`Advantages.seq_weights`), or None for ones.
+    behaviour_logp: [B, T] float the rollout engine's log-probs of the sampled tokens; required
+      when recipe.tis_cap is set, unused otherwise (`old_logp` is then the trainer's own
+      log-probs of the same tokens).
 
   Returns:
     per_token: [B, T] float32 loss, zero outside `mask`.
@@ -855,8 +886,14 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
       them and divide by Σ mask for means (e.g. the clip fraction).
 
   Raises:
-    ValueError: recipe.kl_coef > 0 and `ref_logp` is None.
+    ValueError: recipe.kl_coef > 0 and `ref_logp` is None, or recipe.tis_cap is set and
+      `behaviour_logp` is None.
   """
+  if recipe.tis_cap is not None and behaviour_logp is None:
+    raise ValueError(
+        f"recipe {recipe.name!r} has tis_cap={recipe.tis_cap:g} but behaviour_logp is None: pass "
+        f"the rollout engine's log-probs of the sampled tokens as behaviour_logp, or build the "
+        f"recipe with tis_cap=None to train without the importance-sampling correction")
   if recipe.kl_coef > 0 and ref_logp is None:
     raise ValueError(
         f"recipe {recipe.name!r} has kl_coef={recipe.kl_coef:g} > 0 but ref_logp is None: pass "
@@ -882,6 +919,9 @@ def policy_loss(recipe: Recipe, logp, old_logp, advantages, mask, *, ref_logp=No
     w = jax.lax.stop_gradient(jnp.asarray(seq_weights, jnp.float32))
     chex.assert_shape(w, (per_token.shape[0],))
     per_token = per_token * w[:, None]
+  if recipe.tis_cap is not None:
+    per_token = per_token * losses.tis_weights(old_logp, behaviour_logp, mask,
+                                               cap=recipe.tis_cap)
   zeros = jnp.zeros(per_token.shape, jnp.float32)
   metrics = {"dual_clipped": zeros, **metrics}
   if recipe.kl_coef > 0:

@@ -9,12 +9,14 @@ neither values nor gradients see it.
 
 Sources: PPO (arXiv 1707.06347) and DeepSeekMath (arXiv 2402.03300) for the ratio, clipping and
 KL; DAPO (arXiv 2503.14476) and Dr. GRPO (arXiv 2503.20783) for the aggregation modes; GSPO
-(arXiv 2507.18071); ReCo (arXiv 2607.26862).
+(arXiv 2507.18071); ReCo (arXiv 2607.26862); truncated importance sampling of another engine's
+rollouts (Yao et al. 2025, see `tis_weights`).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 
 import chex
 import jax
@@ -315,6 +317,48 @@ def reco_surrogate(logp, old_logp, advantages, mask, *, seq_weights=None, eps_lo
   return loss, metrics
 
 
+def tis_weights(old_logp, behaviour_logp, mask, *, cap: float) -> Array:
+  """Truncated importance-sampling (TIS) weights of tokens another engine sampled.
+
+    w_{i,t} = min(exp(lp_old − lp_μ), C)        on the mask, 0 elsewhere; stop-gradient
+
+  lp_old is the trainer's log-probability of the sampled token under the parameters that
+  generated it (its own forward pass), lp_μ the rollout engine's (the behaviour policy μ that
+  actually sampled, e.g. vLLM with other kernels and precision). The per-token policy loss is
+  multiplied by w: the policy gradient is an expectation under π_old, the tokens come from μ,
+  and w = π_old / μ reweights them, truncated at C to bound the variance (the bias of the cap
+  is small when the two engines mostly agree). This is the token-level correction of TRL's
+  `vllm_importance_sampling_correction` (its "token_truncate" mode, default cap 2) and of
+  verl's rollout-correction token-level truncated IS. When lp_old = lp_μ every weight is 1.
+
+  Computed as exp(min(lp_old − lp_μ, log C)), so a large log-ratio cannot overflow.
+
+  Args:
+    old_logp: [B, T] float the trainer's log-probs of the sampled tokens (π_old).
+    behaviour_logp: [B, T] float the rollout engine's log-probs of the same tokens (μ).
+    mask: [B, T] bool scored tokens.
+    cap: C ≥ 1, the truncation.
+
+  Returns:
+    [B, T] float32 weights in [0, C], zero outside `mask`, without gradient.
+
+  References:
+    Yao et al., Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (2025),
+      https://fengyao.notion.site/off-policy-rl
+    Ionides, Truncated Importance Sampling, J. Comput. Graph. Stat. 17(2), 2008.
+    Espeholt et al., IMPALA (V-trace truncated IS weights), https://arxiv.org/abs/1802.01561
+  """
+  if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap >= 1.0):
+    raise ValueError(f"cap must be a finite float >= 1 (the TIS truncation C), got {cap!r}")
+  old = _f32(old_logp)
+  chex.assert_rank(old, 2)
+  chex.assert_equal_shape([old, _f32(behaviour_logp)])
+  mask = _mask_like(old, mask)
+  log_w = _log_ratio(old, behaviour_logp, mask)        # lp_old − lp_μ on the mask, 0 elsewhere
+  w = jnp.exp(jnp.minimum(log_w, math.log(cap)))
+  return jax.lax.stop_gradient(jnp.where(mask, w, 0.0))
+
+
 def aggregate(per_token, mask, *, mode, norm: float | None = None) -> tuple[Array, Array]:
   """Reduces a per-token loss to a (numerator, denominator) pair; the loss is num / den.
 
@@ -404,6 +448,6 @@ def entropy_from_logits(logits) -> Array:
 
 __all__ = [
     "AggMode", "AGG_MODES", "KlKind", "KL_KINDS", "agg_mode", "kl_kind", "kl", "clipped_surrogate", "gspo_surrogate",
-    "reco_surrogate", "aggregate", "aggregate_mean", "entropy_from_logits",
+    "reco_surrogate", "tis_weights", "aggregate", "aggregate_mean", "entropy_from_logits",
     "LOG_RATIO_CLAMP", "GSPO_LOG_RATIO_MAX",
 ]

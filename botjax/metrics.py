@@ -1,14 +1,23 @@
-"""Evaluation metrics: pass@k, avg@n, maj@k, ABBA pairwise win rate, compile rate.
+"""Metrics: pass@k, avg@n, maj@k, ABBA pairwise win rate, compile rate; the log-prob mismatch
+between a rollout engine and the trainer.
 
-Host-side NumPy (these run on evaluation results, not inside jit). Pure functions.
+The evaluation metrics are host-side NumPy (they run on evaluation results, not inside jit);
+`logp_mismatch` is jax.numpy and jit-able (it runs on the batch, beside the update). Pure
+functions.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Hashable, Sequence
 
+import chex
+import jax.numpy as jnp
 import numpy as np
+
+MISMATCH_RATIO_RANGE = (0.5, 2.0)
+"""Token ratios π_train / π_engine outside this range count in `logp_mismatch`'s outside_frac."""
 
 ROUND_ORDERS = ("AB", "BA", "BA", "AB")
 """Presentation order of the four pairwise-judge rounds (BoT-GRPO §4.1): A first in 1 and 4."""
@@ -191,5 +200,54 @@ def compile_rate(results: Sequence[bool]) -> float:
   return float(np.mean(arr.astype(np.float64)))
 
 
+def logp_mismatch(train_logp, engine_logp, mask) -> dict[str, jnp.ndarray]:
+  """How far a rollout engine's log-probs are from the trainer's, over the completion tokens.
+
+    Δ_{i,t} = lp_train − lp_engine,   r_{i,t} = exp(Δ_{i,t}) = π_train / π_engine
+    mean_abs_diff = Σ m·|Δ| / Σ m        max_abs_diff = max over the mask of |Δ|
+    outside_frac  = Σ m·[r < 0.5 or r > 2] / Σ m
+
+  Both log-probs are of the same sampled tokens under the same parameters (the trainer's
+  teacher-forced forward pass and the engine's own, e.g. vLLM's). An exact engine gives zeros;
+  other kernels and precision give a small Δ (Yao et al. 2025 show it is not small for some
+  tokens even with identical weights), and a stale engine (old weights) a large one. All three
+  are 0 for an empty mask.
+
+  Args:
+    train_logp: [B, T] float the trainer's log-probs of the sampled tokens.
+    engine_logp: [B, T] float the rollout engine's log-probs of the same tokens.
+    mask: [B, T] bool completion tokens (padding may hold any value, NaN included).
+
+  Returns:
+    dict of float32 scalars: "mean_abs_diff", "max_abs_diff", "outside_frac" and "tokens"
+    (Σ m, to combine batches: mean and share are per token).
+
+  References:
+    Yao et al., Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (2025),
+      https://fengyao.notion.site/off-policy-rl
+  """
+  a = jnp.asarray(train_logp, jnp.float32)
+  b = jnp.asarray(engine_logp, jnp.float32)
+  chex.assert_rank(a, 2)
+  chex.assert_equal_shape([a, b])
+  m = jnp.asarray(mask, jnp.bool_)
+  if m.shape != a.shape:
+    raise ValueError(f"mask has shape {m.shape}, expected {a.shape}")
+  delta = jnp.where(m, a, 0.0) - jnp.where(m, b, 0.0)
+  abs_delta = jnp.abs(delta)
+  lo, hi = MISMATCH_RATIO_RANGE
+  # r outside [lo, hi] ⇔ Δ outside [log lo, log hi]: the log form cannot overflow.
+  outside = m & ((delta < math.log(lo)) | (delta > math.log(hi)))
+  tokens = jnp.sum(m, dtype=jnp.float32)
+  n = jnp.maximum(tokens, 1.0)
+  return {
+      "mean_abs_diff": jnp.sum(abs_delta) / n,
+      "max_abs_diff": jnp.max(abs_delta, initial=0.0),
+      "outside_frac": jnp.sum(outside, dtype=jnp.float32) / n,
+      "tokens": tokens,
+  }
+
+
 __all__ = ["ROUND_ORDERS", "pass_at_k", "avg_at_n", "majority_vote", "maj_at_k",
-           "abba_outcomes", "abba_win_rate", "compile_rate"]
+           "abba_outcomes", "abba_win_rate", "compile_rate", "logp_mismatch",
+           "MISMATCH_RATIO_RANGE"]

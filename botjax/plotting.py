@@ -350,7 +350,7 @@ def _win_rate_dicts(blob, stem: str, path: str) -> list[tuple[str, dict]]:
     if blob.get("label") or blob.get("name"):
       label = blob.get("label") or blob.get("name")
     elif isinstance(blob.get("a"), str) and isinstance(blob.get("b"), str):
-      label = f"{_side_name(blob['a'])} vs {_side_name(blob['b'])}"   # experiments/react.py --compare
+      label = f"{_side_name(blob['a'])} vs {_side_name(blob['b'])}"   # experiments/react_compare.py
     else:
       label = stem
     return [(str(label), blob)]
@@ -376,8 +376,8 @@ def load_win_rates(paths: Sequence[str]) -> dict[str, dict]:
     paths: JSON files, each one `win_rate` / `pairwise_win_rate` dict or a dict {label: such
       dict}; or directories, whose `*.json` files that hold win-rate results are read (others,
       such as `config.json` or `eval.json` of a run, are skipped). A dict's label is its `label`
-      or `name` key, else `A vs B` from the `a` and `b` paths that `experiments/react.py
-      --compare` records (without `-seedN` and `hf_final`), else the file stem.
+      or `name` key, else `A vs B` from the `a` and `b` paths that `experiments/react_compare.py`
+      records (without `-seedN` and `hf_final`), else the file stem.
 
   Returns:
     {label: {"win_rate", "tie_rate", "wins", "losses", "ties", "n"}}; a label seen in several

@@ -60,6 +60,38 @@ def mode() -> str:
   return _MODES[raw]
 
 
+def cpu_model() -> str:
+  """The host CPU's model name (`/proc/cpuinfo`'s "model name"; `platform.processor()`
+  elsewhere), or "" when unknown."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.lower().startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  import platform
+  return platform.processor()
+
+
+def numerics_environment() -> dict[str, Any]:
+  """What, besides the code and the seeds, decides the floating-point results of a run on this
+  host: the JAX version, the backend and its devices, the CPU model (XLA:CPU emits code for the
+  host's instruction set, so reductions and fused kernels round differently from one CPU family
+  to another), `XLA_FLAGS` (e.g. the test suite's `--xla_backend_optimization_level=0`), the
+  tuning switch (`BOTJAX_XLA_CPU_TUNING`) and the thread settings. Values are strings or
+  numbers (JSON-ready)."""
+  import jax
+  import jaxlib
+  devices = jax.devices()
+  return {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
+          "backend": jax.default_backend(), "devices": len(devices),
+          "device_kind": devices[0].device_kind, "cpu": cpu_model(),
+          "cores": os.cpu_count() or 0,
+          "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), ENV_VAR: mode(),
+          "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+
+
 def _normalize(platform: str) -> str:
   platform = platform.lower()
   return "gpu" if platform in ("cuda", "rocm", "gpu") else platform

@@ -30,17 +30,23 @@ def define_distributed_flags() -> None:
   flags.DEFINE_string("coordinator", "", "With --distributed elsewhere: host:port of process 0.")
   flags.DEFINE_integer("num_processes", 0, "With --distributed elsewhere: number of processes.")
   flags.DEFINE_integer("process_id", -1, "With --distributed elsewhere: this process's id.")
+  flags.DEFINE_integer("heartbeat_timeout", 60, "With --distributed: seconds after which a silent "
+                       "process counts as lost; the others stop after a quarter of it, naming it.")
 
 
 def start_distributed(FLAGS) -> None:
-  """`botjax.models.sharding.initialize_distributed` from the flags of `define_distributed_flags`."""
-  from botjax.models.sharding import initialize_distributed
+  """`botjax.distributed.initialize` from the flags of `define_distributed_flags` (with
+  --distributed only)."""
+  if not FLAGS.distributed:
+    return
+  from botjax import distributed
   try:
-    initialize_distributed(FLAGS.distributed, coordinator_address=FLAGS.coordinator or None,
-                           num_processes=FLAGS.num_processes or None,
-                           process_id=None if FLAGS.process_id < 0 else FLAGS.process_id)
+    distributed.initialize(FLAGS.coordinator or None, FLAGS.num_processes or None,
+                           None if FLAGS.process_id < 0 else FLAGS.process_id,
+                           settings=distributed.Settings(
+                               heartbeat_timeout_s=FLAGS.heartbeat_timeout))
   except (RuntimeError, ValueError) as e:
-    raise UserError(f"--distributed: jax.distributed.initialize failed: {e}") from None
+    raise UserError(f"--distributed: {e}") from None
 
 
 def define_offline_flag() -> None:
@@ -65,6 +71,38 @@ def checkpoint_dir(checkpoint: str, model: str, repo: str | None, *, offline: bo
                     "Hub.)") from None
 
 
+def define_judge_flags(judges, prompt_keys) -> None:
+  """--<judge>_api for each judge flag in `judges` (e.g. "judge" gives --judge_api), and
+  --judge_prompt=KEY=FILE with the keys of `prompt_keys` (KEY -> what that prompt is)."""
+  for name in judges:
+    flags.DEFINE_enum(f"{name}_api", "openai", ["openai", "anthropic"],
+                      f"API of --{name}: openai (chat completions: vLLM, SGLang, OpenAI; key from "
+                      "$OPENAI_API_KEY, else none) or anthropic (the Messages API: --" + name +
+                      "=https://api.anthropic.com, key from $ANTHROPIC_API_KEY).")
+  keys = "; ".join(f"{k}: {v}" for k, v in prompt_keys.items())
+  flags.DEFINE_multi_string("judge_prompt", [], "KEY=FILE: a judge prompt read from FILE "
+                            "instead of the built-in one (repeat for several). KEY is one of: "
+                            f"{keys}.")
+
+
+def judge_prompts(values, prompt_keys) -> dict:
+  """{KEY: pathlib.Path} of --judge_prompt=KEY=FILE flags; UserError for an unknown KEY, a
+  repeated one or a missing FILE (the judges check the placeholders when they are built)."""
+  import pathlib
+  out = {}
+  for value in values:
+    key, sep, path = value.partition("=")
+    if not sep or key not in prompt_keys:
+      raise UserError(f"--judge_prompt={value!r}: expected KEY=FILE with KEY one of "
+                      f"{sorted(prompt_keys)}")
+    if key in out:
+      raise UserError(f"--judge_prompt: {key} given twice")
+    if not os.path.isfile(os.path.expanduser(path)):
+      raise UserError(f"--judge_prompt={value}: no such file {path!r}")
+    out[key] = pathlib.Path(os.path.expanduser(path))
+  return out
+
+
 def define_memory_flags() -> None:
   flags.DEFINE_bool("remat", None, "Recompute each decoder block in the backward pass (less "
                     "memory, ~1/3 more compute); default: the experiment's choice for --model.")
@@ -83,19 +121,127 @@ def define_verbose_flag() -> None:
                     "(they are always saved in the workdir's config.json).")
 
 
-def memory_settings(cfg, FLAGS):
-  """`cfg` (a TrainConfig) with --remat / --scan_layers / --micro_batch_size (and --verbose)
-  applied when given."""
+def define_run_flags(name: str, *, workdir: str, eval_n: int, eval_help: str,
+                     warm_help: str) -> None:
+  """The flags every paper experiment (aime.py, react.py) defines alike: the model and recipe,
+  the mesh, the weights, the run directory and resume, overrides, evaluation, the dry run, the
+  rollout engine, and the shared groups (multi-host, memory, offline, verbose).
+
+  Args:
+    name: the experiment's name, for the help texts (e.g. "aime").
+    workdir: default of --workdir.
+    eval_n: default of --eval_n (samples per held-out prompt).
+    eval_help: what an evaluation measures (help of --eval_every / --eval_only).
+    warm_help: help of --warm (the tiny testbed's setup class and an example).
+  """
+  flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
+  flags.DEFINE_string("algo", "bot_grpo", "Recipe of botjax.algorithms.RECIPES.")
+  flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
+  flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's Hub repo, "
+                      "from the HF cache or downloaded into it; --offline: cache only).")
+  flags.DEFINE_string("engine", "jax", "Rollout engine: a name of botjax.sampling.ENGINES (jax: "
+                      "the KV-cache sampler; vllm: a vLLM engine in this process, see "
+                      "docs/scaling.md), TrainConfig.rollout.engine.")
+  flags.DEFINE_integer("steps", 200, "RL steps.")
+  flags.DEFINE_string("workdir", workdir, f"Output dir of the {name} run: checkpoints/, "
+                      "metrics.jsonl, eval.json, config.json.")
+  flags.DEFINE_bool("resume", True, "Resume from --workdir; false refuses a workdir holding a run.")
+  flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=rollout.group_size=4.")
+  flags.DEFINE_multi_string("warm", [], f"tiny only: {warm_help}")
+  flags.DEFINE_bool("eval_only", False, f"Only evaluate ({eval_help}) the latest checkpoint in "
+                    "--workdir, if any.")
+  flags.DEFINE_integer("eval_every", 10, f"Evaluate ({eval_help}) every N steps (0: only after "
+                       "training).")
+  flags.DEFINE_integer("eval_n", eval_n, "Samples per held-out prompt.")
+  flags.DEFINE_integer("eval_limit", 0, "Evaluate only the first N held-out prompts (0: all).")
+  flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
+  define_distributed_flags()
+  define_memory_flags()
+  define_offline_flag()
+  define_verbose_flag()
+
+
+def check_engine(name: str) -> str:
+  """`name` if it is a rollout engine of `botjax.sampling.ENGINES`, else a UserError."""
+  from botjax.sampling import ENGINES
+  if name not in ENGINES:
+    raise UserError(f"--engine={name!r}: not a rollout engine; valid: {', '.join(ENGINES)}")
+  return name
+
+
+def memory_settings(cfg, *, remat: bool | None = None, scan_layers: bool | None = None,
+                    micro_batch_size: int | None = None, verbose: bool = False):
+  """`cfg` (a TrainConfig) with the given --remat / --scan_layers / --micro_batch_size (None:
+  the experiment's choice stays) and --verbose applied."""
   import dataclasses
-  if getattr(FLAGS, "verbose", False):
-    cfg = dataclasses.replace(cfg, verbose=True)
-  if FLAGS.remat is not None:
-    cfg = dataclasses.replace(cfg, remat=FLAGS.remat)
-  if getattr(FLAGS, "scan_layers", None) is not None:
-    cfg = dataclasses.replace(cfg, scan_layers=FLAGS.scan_layers)
-  if FLAGS.micro_batch_size is not None:
-    cfg = dataclasses.replace(cfg, micro_batch_size=FLAGS.micro_batch_size)
-  return cfg
+  changes = {k: v for k, v in (("remat", remat), ("scan_layers", scan_layers),
+                               ("micro_batch_size", micro_batch_size)) if v is not None}
+  if verbose:
+    changes["verbose"] = True
+  return dataclasses.replace(cfg, **changes)
+
+
+def paper_config(cfg, *, eval_every: int, engine: str = "jax", sets=(), remat=None,
+                 scan_layers=None, micro_batch_size=None, verbose=False):
+  """The run config of a paper experiment: `cfg` (the experiment's TrainConfig) under the
+  paper's protocol, then the user's settings.
+
+  The paper's GRPO takes eq. 1's population std in every group z-score
+  (`algorithms.PAPER_PROTOCOL`), so that BoT-GRPO with w_s = 0 is exactly GRPO; the recipe
+  overrides already in `cfg` win over it, and `--set=recipe.grpo_ddof=1` gives Bessel's. Then
+  `eval_every`, the rollout `engine` (a name of `botjax.sampling.ENGINES`), the memory settings
+  (None: the experiment's choice) and the `--set` overrides `sets`, last.
+
+  Raises:
+    ValueError: a bad `--set` override (`config.apply_overrides`).
+    UserError: an unknown engine.
+  """
+  import dataclasses
+  from botjax import algorithms
+  from botjax.train import config as config_lib
+  overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
+  cfg = dataclasses.replace(cfg, eval_every=eval_every, recipe_overrides=tuple(overrides.items()),
+                            rollout=dataclasses.replace(cfg.rollout, engine=check_engine(engine)))
+  cfg = memory_settings(cfg, remat=remat, scan_layers=scan_layers,
+                        micro_batch_size=micro_batch_size, verbose=verbose)
+  return config_lib.apply_overrides(cfg, list(sets))
+
+
+def config_from_flags(cfg, FLAGS):
+  """`paper_config(cfg, ...)` with the values of the flags of `define_run_flags` (the one place
+  that reads them)."""
+  return paper_config(cfg, eval_every=FLAGS.eval_every, engine=FLAGS.engine, sets=FLAGS.set,
+                      remat=FLAGS.remat, scan_layers=FLAGS.scan_layers,
+                      micro_batch_size=FLAGS.micro_batch_size, verbose=FLAGS.verbose)
+
+
+def run_recipe(cfg, spec, *, hint: str = ""):
+  """The recipe a run trains: `train.config.recipe_for_run(cfg, spec)` (the one recipe path of
+  the trainer), its ValueError as a UserError with `hint` appended."""
+  from botjax.train.config import recipe_for_run
+  try:
+    return recipe_for_run(cfg, spec)
+  except ValueError as e:
+    raise UserError(f"{e}{hint}") from None
+
+
+TURN_ENDS = ("<|im_end|>",)   # ChatML's end of turn (Qwen2.5, SmolLM3)
+
+
+def turn_end_ids(tokenizer) -> tuple[int, ...]:
+  """Ids of the chat template's end-of-turn tokens that the tokenizer has (`TURN_ENDS`), to stop
+  a completion at the end of its turn: a base checkpoint such as Qwen/Qwen2.5-3B declares only
+  `<|endoftext|>` as its EOS, while its chat template ends each turn with `<|im_end|>`."""
+  vocab = tokenizer.get_vocab()
+  return tuple(int(vocab[t]) for t in TURN_ENDS if t in vocab)
+
+
+def print_settings(name: str, FLAGS, flag_names, cfg, out=print) -> None:
+  """The flags `flag_names` and the full train config on the console (--verbose, --dry_run),
+  through `out` (a function of one line; a multi-process run passes its process-0 printer)."""
+  from botjax.train import config as config_lib
+  out(f"[{name}] flags: " + json.dumps({f: FLAGS[f].value for f in flag_names}, sort_keys=True))
+  out(f"[{name}] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
 
 
 # The slot engine's default number of slots (`botjax.sampling.SlotEngine(num_slots=)`).

@@ -9,7 +9,7 @@ r"""BoT-GRPO ablations on the CPU arithmetic testbed, after the paper's (arXiv 2
 Ablations (each a set of BoT-GRPO variants on the same warm start; docs/ablations.md):
   strategy  local reward strategy: error propagation, context-aware, independent (Fig. 7); on the
             exact judge each strategy changes what a step is checked against
-            (`botjax.rewards.ExactArithmeticJudge`).
+            (`botjax.testbeds.arith_judge.ExactArithmeticJudge`).
   w_s       the local weight w_s in {0.1, 0.5, 1.0} (Fig. 8).
   window    the step window W (Fig. 9); this task's solutions have 2–3 steps, so the default
             values are W in {1, 2, 3} (W = 3 is one unit of the whole solution, as W >= 3 is).

@@ -6,8 +6,8 @@ r"""AIME with BoT-GRPO: the paper's recipe on a Hugging Face checkpoint.
   python experiments/aime.py --model=tiny --steps=2 --warm=warm_steps=20     # CPU, end to end
   python experiments/aime.py --model=qwen2.5-3b --eval_only                  # Pass@k of the workdir
 
-Defaults follow the BoT-GRPO paper (arXiv 2610.09804): BoT-GRPO, 8 prompts x 8 samples, lr 5e-7,
-w_g 3.0, w_s 0.5, error propagation, window 3, trained on the AIME 1983–2024 problem set (933
+Defaults follow the BoT-GRPO paper (arXiv 2610.09804) where it gives a value: BoT-GRPO, 8 x 8,
+lr 5e-7, w_g 3.0, w_s 0.5, error propagation, window 3, trained on the AIME 1983–2024 set (933
 problems, Hugging Face Hub dataset di-zhang-fdu/AIME_1983_2024) with a seeded random 80/20
 train/eval split (--split=year holds out --eval_years instead). The weights are
 botjax.models.HF_REPOS[--model] (or --checkpoint=DIR); weights and data missing from the HF cache
@@ -18,10 +18,12 @@ and judges steps exactly (ExactArithmeticJudge), with the quick-start's CPU-size
 resumes from its workdir; --resume=false refuses a workdir that already holds a run. Pass@k
 (k = 1, 2, 4), avg@n and maj@k go to `<workdir>/eval.json` every --eval_every steps, after
 training, and with --eval_only.
-Errors a user can fix (missing weights, unreachable judge, bad --set) exit 2 without a traceback.
+The sources of these defaults, and the settings in which the backbone recipes (bot_gspo,
+bot_dapo, bot_pure) differ from bot_grpo beyond the credit step (KL, clip, aggregation), are in
+docs/defaults.md. Errors a user can fix (missing weights, unreachable judge, bad --set) exit 2
+without a traceback.
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -34,11 +36,9 @@ import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sy
 from _cli import UserError, user as _user  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "qwen2.5-3b", "Preset of botjax.models.PRESETS, or `tiny` (CPU).")
-flags.DEFINE_string("algo", "bot_grpo", "Recipe of botjax.algorithms.RECIPES.")
-flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
-flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: HF_REPOS[model], from the "
-                    "HF cache or downloaded into it; --offline: cache only).")
+_cli.define_run_flags("aime", workdir="runs/aime", eval_n=8,
+                      eval_help="Pass@k, avg@n and maj@k on the held-out problems",
+                      warm_help="ArithmeticSetup override, e.g. --warm=warm_steps=20.")
 flags.DEFINE_string("train_data", "hf:di-zhang-fdu/AIME_1983_2024", "botjax.data.load_source spec "
                     "of the problems (default: AIME 1983-2024; builtin:aime_sample is a 15-problem "
                     "sample for tests; unused with --model=tiny).")
@@ -49,35 +49,28 @@ flags.DEFINE_enum("split", "random", ["random", "year"], "Train/eval split of --
 flags.DEFINE_float("eval_fraction", 0.2, "--split=random: share of problems held out for eval.")
 flags.DEFINE_integer("split_seed", 0, "--split=random: seed of the split.")
 flags.DEFINE_list("eval_years", ["2024", "2025"], "--split=year: years held out for eval.")
-flags.DEFINE_string("judge", "", "OpenAI-compatible base URL of the step judge (default: none).")
+flags.DEFINE_string("judge", "", "Base URL of the step judge, e.g. http://HOST:8000/v1 "
+                    "(--judge_api; default: none).")
 flags.DEFINE_string("judge_model", "judge", "Model name sent to --judge.")
-flags.DEFINE_integer("steps", 200, "RL steps.")
-flags.DEFINE_string("workdir", "runs/aime", "Output dir: checkpoints, metrics.jsonl, eval.json.")
-flags.DEFINE_bool("resume", True, "Resume from --workdir; false refuses a workdir holding a run.")
-flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=rollout.group_size=4.")
-flags.DEFINE_multi_string("warm", [], "tiny only: ArithmeticSetup override, e.g. --warm=warm_steps=20.")
-flags.DEFINE_bool("eval_only", False, "Only evaluate (the latest checkpoint in --workdir, if any).")
-flags.DEFINE_integer("eval_every", 10, "Evaluate every N steps (0: only after training).")
-flags.DEFINE_integer("eval_n", 8, "Samples per eval problem (avg@n, pass@k, maj@k).")
-flags.DEFINE_integer("eval_limit", 0, "Evaluate only the first N problems (0: all).")
+# w_g, w_s, error propagation and window 3: the paper's AIME reward (eq. 8; docs/defaults.md)
 flags.DEFINE_float("w_g", 3.0, "Weight of answer correctness (BoT-GRPO eq. 8).")
 flags.DEFINE_float("w_s", 0.5, "Weight of the step-level local reward.")
 flags.DEFINE_string("strategy", "error_propagation", "Step-judging strategy (botjax.rewards.STRATEGIES).")
 flags.DEFINE_integer("window", 3, "Steps per judged unit.")
-flags.DEFINE_bool("dry_run", False, "Print the config and the memory/FLOPs plan, then exit.")
-_cli.define_distributed_flags()
-_cli.define_memory_flags()
-_cli.define_offline_flag()
-_cli.define_verbose_flag()
+JUDGE_PROMPTS = {"system": "the step judge's system prompt",
+                 "user": "its user template ({problem}, {steps}; optional {context}, {verdicts}, "
+                         "{first}, {last})"}
+_cli.define_judge_flags(["judge"], JUDGE_PROMPTS)
 flags.DEFINE_string("thinking", "auto", "Reasoning mode: auto (the model's default), on or off; "
                     "SmolLM3 switches with /think and /no_think, Phi-4-mini-reasoning always "
                     "thinks, Qwen2.5 never.")
 
-KS = (1, 2, 4)
-
+KS = (1, 2, 4)   # Pass@k of the paper's AIME table (§4)
 
 
 def train_config(tiny):
+  """The paper's AIME recipe (docs/defaults.md gives each value's source), or the quick-start's
+  CPU-sized settings for tiny; then the paper protocol and the user's flags (`_cli.paper_config`)."""
   from botjax.testbeds import arith
   from botjax.train import config as config_lib
   if tiny:
@@ -85,19 +78,15 @@ def train_config(tiny):
   else:
     cfg = config_lib.TrainConfig(
         recipe=FLAGS.algo, steps=FLAGS.steps, workdir=FLAGS.workdir,
+        # lr 5e-7 and 8 x 8 rollouts: the paper's AIME run (§4); the token budgets are botjax's
+        # choice (the paper gives none): docs/defaults.md
         optim=config_lib.OptimConfig(learning_rate=5e-7),
         rollout=config_lib.RolloutConfig(prompts_per_step=8, group_size=8, max_prompt_tokens=384,
                                          max_new_tokens=1024),
         # fits a v5e-8 (16 GiB per chip, fsdp:8) and one 80 GB GPU: see --dry_run's plan;
         # scanned layers compile the 36-layer update 4-7x faster on CPU (docs/scaling.md)
         remat=True, micro_batch_size=8, scan_layers=True)
-  from botjax import algorithms
-  # The paper's GRPO: eq. 1's population std in every group z-score (algorithms.PAPER_PROTOCOL),
-  # so that BoT-GRPO with w_s = 0 is exactly GRPO; --set=recipe.grpo_ddof=1 for Bessel's.
-  overrides = {**dict(algorithms.PAPER_PROTOCOL), **dict(cfg.recipe_overrides)}
-  cfg = dataclasses.replace(cfg, eval_every=FLAGS.eval_every,
-                            recipe_overrides=tuple(overrides.items()))
-  return config_lib.apply_overrides(_cli.memory_settings(cfg, FLAGS), FLAGS.set)
+  return _cli.config_from_flags(cfg, FLAGS)
 
 
 def data_config(tiny):
@@ -146,7 +135,7 @@ def load_data(spec):
   return train, evals
 
 
-def make_eval_fn(records, correct_fn, prompt_fn, workdir):
+def make_eval_fn(records, correct_fn, prompt_fn, workdir, *, n):
   """`(trainer, step) -> metrics` that also appends them to the run's eval.json."""
   from botjax.rewards import answers_match, extract_answer
   from botjax.train.evaluate import evaluate
@@ -156,31 +145,78 @@ def make_eval_fn(records, correct_fn, prompt_fn, workdir):
 
   def fn(trainer, step):
     out = evaluate(trainer.engine, trainer.tokenizer, records, correct_fn=correct_fn,
-                   n=FLAGS.eval_n, key=jax.random.PRNGKey(1234), ks=KS, prompt_fn=prompt_fn,
+                   n=n, key=jax.random.PRNGKey(1234), ks=KS, prompt_fn=prompt_fn,
                    answer_fn=extract_answer, answer_equal=lambda a, b: bool(answers_match(a, b)))
-    out[f"avg@{FLAGS.eval_n}"] = out["accuracy"]
+    out[f"avg@{n}"] = out["accuracy"]
     run.append_eval(step, out)
     shown = [k for k in sorted(out) if k.startswith(("pass@", "maj@"))]
-    print(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
-          + f" ({out['num_problems']} problems; all figures in {run.eval_path})", flush=True)
+    say(f"[aime] eval at step {step}: " + ", ".join(f"{k} {out[k]:.3f}" for k in shown)
+          + f" ({out['num_problems']} problems; all figures in {run.eval_path})")
     return out
   return fn
+
+
+def say(text):
+  """Prints a line on the one process that writes (process 0 of a multi-process run)."""
+  from botjax import distributed
+  if distributed.is_writer():
+    print(text, flush=True)
+
+
+def _mesh_spec():
+  """--mesh, checked against the cluster's devices (a clear error when it needs more)."""
+  from botjax import distributed
+  try:
+    distributed.check_mesh(FLAGS.mesh)
+  except distributed.ClusterError as e:
+    raise UserError(f"--mesh={FLAGS.mesh}: {e}") from None
+  return FLAGS.mesh
+
+
+def _prepare_tiny(setup):
+  """`arith.prepare` of the tiny warm start: built by process 0 while the others wait, then
+  read by every process (a multi-process run shares its --workdir)."""
+  from botjax import distributed
+  from botjax.testbeds import arith
+  if not distributed.is_multiprocess():
+    return arith.prepare(FLAGS.workdir, setup)
+  if distributed.is_writer():
+    arith.prepare(FLAGS.workdir, setup)
+  # the warm start's SFT takes minutes at the default setup: wait as long as the cluster would
+  distributed.barrier("aime-warm-start", timeout_s=3600)
+  return arith.prepare(FLAGS.workdir, setup, verbose=False)
+
+
+def _check_same_config(run_config):
+  """Every process of a multi-process run must run the same config (compared by hash)."""
+  import jax
+
+  from botjax import distributed
+  try:
+    digest = distributed.check_same_config(run_config)
+  except distributed.ClusterError as e:
+    raise UserError(f"--distributed: {e}") from None
+  if distributed.is_multiprocess():
+    say(f"[aime] {jax.process_count()} processes agree on the run config "
+        f"(sha256 {digest[:12]})")
 
 
 def build(cfg, tiny, data_spec):
   """(trainer kwargs) for the tiny arithmetic task or a real checkpoint on AIME problems."""
   from botjax import data, models
   from botjax.models.sharding import make_mesh
-  from botjax.rewards import (ExactArithmeticJudge, JudgeUnavailable, MathReward, OpenAIStepJudge,
-                              is_correct)
+  from botjax.rewards import JudgeUnavailable, LLMStepJudge, MathReward, is_correct
   from botjax.testbeds import arith
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   from botjax.train.rollouts import ListPrompts
   if tiny:
     from botjax.train.config import apply_overrides
     setup = _user(lambda: apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
-    prepared = arith.prepare(FLAGS.workdir, setup)
-    print(f"[aime] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'})")
-    ckpt, mesh, judge = prepared.checkpoint, None, ExactArithmeticJudge(seed=cfg.seed)
+    prepared = _prepare_tiny(setup)
+    say(f"[aime] warm start {prepared.checkpoint} ({'cached' if prepared.cached else 'built'})")
+    # one device unless a mesh is asked for (--mesh, or a multi-process run: fsdp:-1 by default)
+    mesh = make_mesh(_mesh_spec()) if FLAGS["mesh"].present or FLAGS.distributed else None
+    ckpt, judge = prepared.checkpoint, ExactArithmeticJudge(seed=cfg.seed)
     train, evals = prepared.train, prepared.eval
     prompt_fn, correct_fn = arith.prompt_messages, arith.correct_fn
   else:
@@ -192,39 +228,40 @@ def build(cfg, tiny, data_spec):
     local = FLAGS.checkpoint and (os.path.isdir(os.path.expanduser(FLAGS.checkpoint))
                                   or models.weights.looks_like_path(FLAGS.checkpoint))
     ckpt = checkpoint() if local else None
-    judge = OpenAIStepJudge(FLAGS.judge_model, base_url=FLAGS.judge) if FLAGS.judge else None
+    prompts = _cli.judge_prompts(FLAGS.judge_prompt, JUDGE_PROMPTS)
+    kwargs = {arg: prompts[key] for key, arg in (("system", "system_prompt"),
+                                                 ("user", "user_template")) if key in prompts}
+    judge = _user(lambda: LLMStepJudge(FLAGS.judge_model, api=FLAGS.judge_api,
+                                       base_url=FLAGS.judge, **kwargs)) if FLAGS.judge else None
     if judge is not None:
       try:
         judge.check_reachable()
       except JudgeUnavailable as e:
         raise UserError(f"judge at {FLAGS.judge} is unreachable: {e}") from None
     train, evals = load_data(data_spec)
-    print(f"[aime] data: {data_spec['source']}: {len(train)} train / {len(evals)} eval problems "
-          f"({data_spec['split']})", flush=True)
+    say(f"[aime] data: {data_spec['source']}: {len(train)} train / {len(evals)} eval problems "
+          f"({data_spec['split']})")
     ckpt = ckpt or checkpoint()
-    mesh = make_mesh(FLAGS.mesh)
+    mesh = make_mesh(_mesh_spec())
     from botjax.data import templates
     thinking = templates.parse_thinking(FLAGS.thinking)
     prompt_fn = lambda r: templates.chat_messages(  # noqa: E731
         r, data.MATH_TEMPLATE, thinking=thinking, model=FLAGS.model)
     correct_fn = lambda c, r: bool(is_correct(c, str(r["answer"])))  # noqa: E731
-  from botjax import algorithms   # check the recipe against the reward before loading weights
-  recipe = _user(lambda: algorithms.get_recipe(cfg.recipe, **dict(cfg.recipe_overrides),
-                                               max_new_tokens=cfg.rollout.max_new_tokens))
-  if judge is None and recipe.granularity is not algorithms.Granularity.SEQUENCE:
-    raise UserError(f"--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
-                    f"--judge_model=NAME (any OpenAI-compatible server, e.g. vLLM or SGLang), or "
-                    f"train a sequence-level recipe such as --algo=grpo")
   evals = evals[:FLAGS.eval_limit] if FLAGS.eval_limit else evals
   reward = MathReward(judge, w_g=FLAGS.w_g, w_s=FLAGS.w_s, strategy=FLAGS.strategy,
                       window=FLAGS.window)
-  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir)
+  # the recipe the trainer will run, checked against the reward before any weights are loaded
+  _cli.run_recipe(cfg, reward.spec, hint="" if judge is not None else (
+      f"\n(--algo={cfg.recipe} needs step verdicts from a judge: pass --judge=URL "
+      "--judge_model=NAME (an OpenAI-compatible server such as vLLM or SGLang, or Anthropic's "
+      "API with --judge_api=anthropic), or train a sequence-level recipe such as --algo=grpo)"))
+  eval_fn = make_eval_fn(evals, correct_fn, prompt_fn, FLAGS.workdir, n=FLAGS.eval_n)
   model = models.load_pretrained(ckpt, mesh=mesh, scan_layers=bool(cfg.scan_layers))
-  return dict(model=model, tokenizer=models.load_tokenizer(ckpt),
+  tok = models.load_tokenizer(ckpt)
+  return dict(model=model, tokenizer=tok,
               prompts=ListPrompts(train, seed=cfg.seed), reward_fn=reward, prompt_fn=prompt_fn,
-              eval_fn=eval_fn, mesh=mesh, checkpoint=ckpt)
-
-
+              eval_fn=eval_fn, mesh=mesh, checkpoint=ckpt, stop_token_ids=_cli.turn_end_ids(tok))
 
 
 def run():
@@ -238,21 +275,21 @@ def run():
   cfg = _user(lambda: train_config(tiny))
   data_spec = _user(lambda: data_config(tiny))
   if FLAGS.verbose or FLAGS.dry_run:    # always saved in <workdir>/config.json
-    print("[aime] flags: " + json.dumps({f: FLAGS[f].value for f in (
-        "model", "algo", "mesh", "checkpoint", "judge", "judge_model", "w_g", "w_s", "strategy",
-        "window", "eval_n", "thinking", "offline")}, sort_keys=True))
-    print("[aime] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
-  print("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False), flush=True)
+    _cli.print_settings("aime", FLAGS, (
+        "model", "algo", "mesh", "checkpoint", "engine", "judge", "judge_api", "judge_model",
+        "w_g", "w_s", "strategy", "window", "eval_n", "thinking", "offline"), cfg, out=say)
+  say("[aime] data: " + json.dumps(data_spec, sort_keys=True, ensure_ascii=False))
   if FLAGS.dry_run:
     print(_cli.plan_text(FLAGS.model, FLAGS.mesh, cfg, FLAGS.device_memory))
     return
   if not FLAGS.eval_only:
     _cli.refuse_rerun(cfg.workdir, FLAGS.resume)
   from botjax.train.loop import RLTrainer
-  kwargs = build(cfg, tiny, data_spec)
   run_config = {"train": config_lib.to_dict(cfg), "model": FLAGS.model, "data": data_spec,
                 "reward": {f: FLAGS[f].value for f in ("w_g", "w_s", "strategy", "window",
                                                         "judge_model")}}
+  _check_same_config(run_config)
+  kwargs = build(cfg, tiny, data_spec)
   trainer = _user(lambda: RLTrainer(cfg, run_config=run_config, **kwargs))
   try:
     if not FLAGS.eval_only:

@@ -4,26 +4,31 @@ r"""The embedded CPU quick-start: GRPO vs BoT-GRPO on the step-verified arithmet
   python experiments/quickstart.py --algos=grpo,bot_grpo,dapo,gspo,pure,dr_grpo,rloo,reco,bppo,verigate --seeds=3
 
   python experiments/quickstart.py --algos=dapo,gspo,reco --mini_batches=4   # off-policy updates
+  python experiments/quickstart.py --algos=bot_grpo,bot_grpo_token,bot_grpo_row,grpo_stepmean \
+      --lrs=3e-5,5e-5,1e-4 --seeds=3 --mini_batches=4     # the 1/L_k weighting (docs/quickstart.md)
 
 Writes to --workdir: the cached warm start, per-run metrics JSONL, `quickstart.png` (held-out
 accuracy, and mean reward as a rolling mean over 10 steps, against step; mean over seeds with a
 ± standard-error band; split into step-reading and sequence-only panels beyond five recipes) and
 `quickstart.md` (start / final / best accuracy as mean ± standard error over seeds, steps to
-accuracy thresholds, the update schedule and which mechanisms it left inert). Wiring only: the pipeline lives in `botjax.testbeds.arith`.
+accuracy thresholds, Welch tests of the --contrasts with Holm-corrected p-values, the update
+schedule and which mechanisms it left inert, and the numerics environment). With --lrs the rate
+is chosen on seed 0 and the table reports seeds 1..N. Wiring only: the pipeline lives in `botjax.testbeds.arith`.
 """
 
+import json
 import os
 import shutil
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _cli  # noqa: E402  experiments/_cli.py (this script's directory is on sys.path)
-from botjax import xla_cpu
 from botjax import plotting  # noqa: E402
+from botjax import xla_cpu  # noqa: E402
 from botjax.testbeds import arith  # noqa: E402
 from botjax.train import report  # noqa: E402
 from botjax.train import config as config_lib  # noqa: E402
@@ -40,9 +45,14 @@ flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each ro
                      "(TrainConfig.mini_batches); with 1 (and ppo_epochs=1) the PPO ratio is 1.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
-flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 1e-4,2e-4,3e-4: every recipe runs each "
-                  "on seed 0, and its best (mean of its last five held-out evaluations) runs on "
-                  "--seeds seeds. Empty: every recipe at the config's 3e-4.")
+flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 3e-5,5e-5,1e-4,2e-4: every recipe runs "
+                  "each on seed 0 (the selection seed), and its best (mean of its last five "
+                  "held-out evaluations) runs on --seeds other seeds (1..N), so that the "
+                  "reported means do not contain the run that chose the rate. Empty: every "
+                  "recipe at the config's 3e-4 on seeds 0..N-1.")
+flags.DEFINE_list("contrasts", [], "Pairs a:b of recipes whose difference is tested (Welch, Holm-"
+                  "corrected over the pairs), e.g. bot_grpo:grpo. Empty: every recipe against the "
+                  "first of --algos.")
 flags.DEFINE_bool("report_only", False, "Only write the plot and table of the finished runs.")
 flags.DEFINE_bool("fresh", False, "Delete earlier runs of these recipes instead of reusing finished ones.")
 
@@ -51,6 +61,24 @@ def recipe_flags(algo: str) -> list[str]:
   """Recipe overrides of this comparison: the step-mean control weighs the mean step verdict by
   the reward's --w_s (3·correct + format + w_s·mean verdict), as BoT-GRPO's local term does."""
   return [f"recipe.w_local={FLAGS.w_s!r}"] if algo == "grpo_stepmean" else []
+
+
+def nondefault_settings(env: dict) -> str:
+  """The settings of `xla_cpu.numerics_environment()` that differ from a plain user's shell
+  (XLA_FLAGS set, the tuning switch not 'auto', more than one device), or ""."""
+  out = [f"XLA_FLAGS={env['XLA_FLAGS']!r}"] if env["XLA_FLAGS"] else []
+  if env[xla_cpu.ENV_VAR] != "auto":
+    out.append(f"{xla_cpu.ENV_VAR}={env[xla_cpu.ENV_VAR]}")
+  if env["devices"] != 1:
+    out.append(f"{env['devices']} devices")
+  return ", ".join(out)
+
+
+def environment_note(env: dict) -> str:
+  """The numerics environment of the runs, for the results file: the figures depend on it."""
+  return ("Numerics environment (the figures depend on it; `environment.json`): "
+          + ", ".join(f"{k} {v!r}" if isinstance(v, str) else f"{k} {v}" for k, v in env.items())
+          + ".")
 
 
 def inert_mechanisms(schedule: set[tuple[int, int]]) -> str:
@@ -84,7 +112,19 @@ def main(argv):
   del argv
   xla_cpu.tune_host_allocator()   # before any JAX work: reuse XLA:CPU buffers
   logging.set_verbosity(logging.WARNING)   # orbax logs every checkpoint operation at INFO
+  for c in FLAGS.contrasts:
+    a, sep, b = c.partition(":")
+    if not sep or a not in FLAGS.algos or b not in FLAGS.algos or a == b:
+      raise _cli.UserError(f"--contrasts: {c!r} is not a:b with two different recipes of --algos "
+                           f"({','.join(FLAGS.algos)})")
   t_start = time.perf_counter()
+  env = xla_cpu.numerics_environment()
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  with open(os.path.join(FLAGS.workdir, "environment.json"), "w") as f:
+    json.dump(env, f, indent=2)
+  if unusual := nondefault_settings(env):
+    print(f"note: {unusual}: the figures will differ from the documented ones (docs/quickstart.md)",
+          flush=True)
   prepared = arith.prepare(FLAGS.workdir,
                            config_lib.apply_overrides(arith.ArithmeticSetup(), FLAGS.warm))
   print(f"warm start: {prepared.checkpoint} ({'cached' if prepared.cached else 'built'} in "
@@ -135,13 +175,14 @@ def main(argv):
         sweep[algo][lr] = report.last_mean(recs, "eval/accuracy", 5)
     if sweep[algo]:
       best_lr[algo] = max(sweep[algo], key=sweep[algo].get)
-  runs = {}
+  runs, labels = {}, {}
   for algo in FLAGS.algos:
     if lrs and best_lr[algo] is None:
       continue                           # no sweep run of this recipe has finished
     label = algo if best_lr[algo] is None else f"{algo} (lr {best_lr[algo]:g})"
-    runs[label] = [r for seed in range(FLAGS.seeds)
-                   if (r := run(algo, seed, best_lr[algo])) is not None]
+    labels[algo] = label
+    seeds = range(1, FLAGS.seeds + 1) if lrs else range(FLAGS.seeds)   # selection seed 0 apart
+    runs[label] = [r for seed in seeds if (r := run(algo, seed, best_lr[algo])) is not None]
   base = [r for recs in runs.values() for r in recs]
   start = next((r["eval/accuracy"] for recs in base for r in recs if "eval/accuracy" in r), 0.0)
   thresholds = [round(start + d, 2) for d in (0.10, 0.15, 0.25)]
@@ -149,6 +190,11 @@ def main(argv):
                            title="Arithmetic quick-start (tiny Qwen2, CPU)", thresholds=thresholds,
                            band="se")
   table = report.summary_table(runs, thresholds=thresholds)
+  pairs = ([tuple(c.split(":", 1)) for c in FLAGS.contrasts] if FLAGS.contrasts else
+           [(a, FLAGS.algos[0]) for a in FLAGS.algos[1:]])
+  tests = report.contrast_table(runs, [(labels[a], labels[b]) for a, b in pairs
+                                       if a in labels and b in labels])
+  ranking = report.ranking_note(runs)
   total = time.perf_counter() - t_start
   inert = inert_mechanisms(schedule)
   md = os.path.join(FLAGS.workdir, "quickstart.md")
@@ -159,9 +205,16 @@ def main(argv):
             f"(warm start {prepared.seconds:.0f} s); run times (each measured when it ran), "
             f"sum {sum(timings.values()):.0f} s: "
             + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + ".\n")
+    if FLAGS.seeds >= 2:
+      f.write(f"\n{tests}\n\n{ranking}\n")
     if lrs:
-      f.write("\n" + sweep_table(sweep, lrs, best_lr) + "\n")
+      f.write("\n" + sweep_table(sweep, lrs, best_lr) + f"\n\nThe rate was chosen on seed 0; the "
+              f"table above reports seeds 1–{FLAGS.seeds}, which took no part in the choice.\n")
+    f.write(f"\n{environment_note(env)}\n")
   print(table)
+  if FLAGS.seeds >= 2:
+    print(tests)
+    print(ranking)
   if lrs:
     print(sweep_table(sweep, lrs, best_lr))
   print(inert)
@@ -169,4 +222,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _cli.entry(__doc__, lambda: main(None))

@@ -22,6 +22,36 @@ def both(fn, *static):
   return [fn, jax.jit(fn, static_argnames=static)]
 
 
+def load_experiment(name: str):
+  """experiments/<name>.py imported as a module (`botjax_experiments_<name>`, once per process),
+  with experiments/ on sys.path for its `_cli` imports; its flags are defined, not parsed."""
+  import importlib.util
+  module_name = f"botjax_experiments_{name}"
+  if module_name not in sys.modules:
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    spec = importlib.util.spec_from_file_location(
+        module_name, os.path.join(ROOT, "experiments", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[module_name] = module
+  return sys.modules[module_name]
+
+
+def tiny_arith(root, task, *, num_train: int = 40, num_eval: int = 4):
+  """A tiny trainer set-up on an arithmetic task: (tokenizer, a 2-layer Qwen2-style ModelConfig
+  of width 32 over that tokenizer, the training records). The tokenizer is built under `root`."""
+  import dataclasses
+  from botjax import data, models
+  tok = data.build_tokenizer(str(root / "tok"), task, vocab_size=300, num_problems=300)
+  eos = tok.convert_tokens_to_ids("<|im_end|>")
+  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
+                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                            intermediate_size=64, eos_token_id=(eos,),
+                            pad_token_id=tok.pad_token_id, bos_token_id=0)
+  train, _ = data.make_splits(task, num_train, num_eval)
+  return tok, cfg, train
+
+
 def one_device_xla_flags() -> str:
   """conftest's XLA_FLAGS without its 8 fake host devices: what a child process (a CLI, a notebook
   kernel) gets, so it sees one CPU device as a user's would, compiled as the suite compiles."""

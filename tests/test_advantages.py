@@ -91,18 +91,27 @@ def rloo_oracle(r):
   return out
 
 
-def bot_oracle(tr, mask, eps=1e-6):
+def bot_oracle(tr, mask, eps=1e-6, weighting="inverse_length"):
   out = np.zeros((B, T))
   for i in range(B):
     rows = [k for k in members(i) if mask[k].sum() > 0]
     if mask[i].sum() == 0:
       continue
     toks = {k: [tr[k, t] for t in range(T) if mask[k, t]] for k in rows}
-    mu = sum(sum(toks[k]) / len(toks[k]) for k in rows) / len(rows)
-    var = sum(sum((x - mu) ** 2 for x in toks[k]) / len(toks[k]) for k in rows) / len(rows)
+    if weighting == "row":        # one value per row, its mean token reward; rows weigh 1
+      means = [sum(toks[k]) / len(toks[k]) for k in rows]
+      mu = sum(means) / len(means)
+      sd = math.sqrt(sum((m - mu) ** 2 for m in means) / len(means))
+      scale = 1.0 / (sd + eps) if sd > eps else 0.0
+    else:                         # pooled tokens, token t of row k weighing w_k
+      w = {k: (1.0 / len(toks[k]) if weighting == "inverse_length" else 1.0) for k in rows}
+      total = sum(w[k] * len(toks[k]) for k in rows)
+      mu = sum(w[k] * x for k in rows for x in toks[k]) / total
+      var = sum(w[k] * (x - mu) ** 2 for k in rows for x in toks[k]) / total
+      scale = 1.0 / (math.sqrt(var) + eps)
     for t in range(T):
       if mask[i, t]:
-        out[i, t] = (tr[i, t] - mu) / (math.sqrt(var) + eps)
+        out[i, t] = (tr[i, t] - mu) * scale
   return out
 
 
@@ -314,6 +323,74 @@ def test_bot_grpo_matches_oracle(jit):
     assert np.all(got[~d["mask"]] == 0.0)
     np.testing.assert_allclose(got, bot_oracle(d["token_rewards"], d["mask"]), rtol=2e-5,
                                atol=2e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("weighting", ["inverse_length", "token", "row"])
+def test_bot_grpo_weightings_match_oracle(jit, weighting):
+  fn = both(adv.bot_grpo, "num_groups", "eps", "weighting")[jit]
+  for seed in range(4):
+    d = make_batch(seed)
+    got = np.asarray(fn(d["token_rewards"], d["mask"], GROUP_IDS, num_groups=P,
+                        weighting=weighting))
+    assert np.all(np.isfinite(got)) and np.all(got[~d["mask"]] == 0.0)
+    np.testing.assert_allclose(got, bot_oracle(d["token_rewards"], d["mask"],
+                                               weighting=weighting), rtol=2e-5, atol=2e-5)
+
+
+def test_bot_grpo_weightings_differ_where_lengths_and_spreads_do():
+  # Two rows of one group: a short one of mean 1 and a long one of mean 0 with a spread.
+  tr = np.array([[1.0, 1.0, 0.0, 0.0], [2.0, -2.0, 1.0, -1.0]], np.float32)
+  mask = np.array([[True, True, False, False], [True] * 4])
+  ids = jnp.array([0, 0])
+  out = {w: np.asarray(adv.bot_grpo(tr, mask, ids, num_groups=1, weighting=w))
+         for w in ("inverse_length", "token", "row")}
+  # inverse_length: μ = (1 + 0)/2 = 0.5; σ² = (1/2)(0.25) + (1/2)(1/4)(2.25+6.25+0.25+2.25)
+  sd = math.sqrt(0.5 * 0.25 + 0.5 * 11.0 / 4)
+  np.testing.assert_allclose(out["inverse_length"][0, :2], [0.5 / (sd + 1e-6)] * 2, rtol=1e-5)
+  # token: μ = (1 + 1 + 0) / 6 = 1/3 over the 6 pooled tokens
+  toks = [1, 1, 2, -2, 1, -1]
+  mu = sum(toks) / 6
+  sd = math.sqrt(sum((x - mu) ** 2 for x in toks) / 6)
+  np.testing.assert_allclose(out["token"][1], [(x - mu) / (sd + 1e-6) for x in toks[2:]],
+                             rtol=1e-5)
+  # row: the row means 1 and 0 give μ = 0.5 and σ = 0.5
+  np.testing.assert_allclose(out["row"][1], [(x - 0.5) / (0.5 + 1e-6) for x in toks[2:]],
+                             rtol=1e-5)
+
+
+def test_bot_grpo_row_weighting_gives_zero_to_constant_row_means():
+  # Equal row means (and a group of one) are a constant group for "row": 0, not (r − μ)/ε.
+  tr = np.array([[0.0, 2.0], [1.0, 1.0], [3.0, -1.0]], np.float32)
+  out = adv.bot_grpo(tr, np.ones((3, 2), bool), jnp.array([0, 0, 1]), num_groups=2,
+                     weighting="row")
+  assert np.all(np.asarray(out) == 0.0)
+  with pytest.raises(ValueError, match="weighting must be one of .*'token'.*got 'length'"):
+    adv.bot_grpo(tr, np.ones((3, 2), bool), jnp.array([0, 0, 1]), num_groups=2,
+                 weighting="length")
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31 - 1), weighting=st.sampled_from(["inverse_length", "token", "row"]),
+       scale=st.floats(0.25, 8.0), shift=st.floats(-5.0, 5.0), pad=st.integers(1, 4))
+def test_bot_grpo_weightings_invariances(seed, weighting, scale, shift, pad):
+  # Affine rewards (a > 0) leave the advantages unchanged up to ε; extra masked columns and a
+  # permutation of the rows (with their group ids) change nothing.
+  d = make_batch(seed, nan_padding=False)
+  tr, mask = d["token_rewards"], d["mask"]
+  base = np.asarray(adv.bot_grpo(tr, mask, GROUP_IDS, num_groups=P, weighting=weighting))
+  affine = np.asarray(adv.bot_grpo(np.float32(scale) * tr + np.float32(shift), mask, GROUP_IDS,
+                                   num_groups=P, weighting=weighting))
+  np.testing.assert_allclose(affine, base, rtol=1e-3, atol=1e-3)
+  padded = np.asarray(adv.bot_grpo(np.pad(tr, ((0, 0), (0, pad)), constant_values=7.0),
+                                   np.pad(mask, ((0, 0), (0, pad))), GROUP_IDS, num_groups=P,
+                                   weighting=weighting))
+  np.testing.assert_allclose(padded[:, :T], base, rtol=1e-5, atol=1e-6)
+  assert np.all(padded[:, T:] == 0.0)
+  perm = np.random.default_rng(seed).permutation(B)
+  permuted = np.asarray(adv.bot_grpo(tr[perm], mask[perm], GROUP_IDS[perm], num_groups=P,
+                                     weighting=weighting))
+  np.testing.assert_allclose(permuted, base[perm], rtol=1e-5, atol=1e-6)
 
 
 def test_bot_grpo_constant_group_and_singleton():

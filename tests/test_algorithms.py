@@ -122,6 +122,32 @@ def test_bot_grpo_recipe_uses_eq4_token_rewards():
                              rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name,weighting", [("bot_grpo", "inverse_length"),
+                                            ("bot_grpo_token", "token"), ("bot_grpo_row", "row")])
+def test_bot_weighting_recipes_pass_their_weights(name, weighting):
+  d = make(4)
+  recipe = alg.get_recipe(name)
+  assert recipe.bot_weighting == weighting and recipe.advantage == "bot_grpo"
+  # everything but the weighting is bot_grpo's
+  assert dataclasses.replace(recipe, name="bot_grpo", bot_weighting="inverse_length") == \
+      alg.RECIPES["bot_grpo"]
+  out = advantages_of(recipe, d)
+  tr = adv.bot_token_rewards(d["rewards"], d["local_rewards"], d["mask"], w_global=3.0,
+                             w_local=0.5)
+  want = adv.bot_grpo(tr, d["mask"], GROUP_IDS, num_groups=P, weighting=weighting)
+  np.testing.assert_allclose(out.advantages, want, rtol=1e-6)
+  if weighting != "inverse_length":   # the weighting changes the advantages on this batch
+    paper = adv.bot_grpo(tr, d["mask"], GROUP_IDS, num_groups=P)
+    assert np.abs(np.asarray(want) - np.asarray(paper)).max() > 1e-3
+  pure = advantages_of(alg.get_recipe("bot_pure", bot_weighting=weighting), d)
+  assert np.isfinite(np.asarray(pure.advantages)).all()
+
+
+def test_bot_weighting_rejects_unknown_names():
+  with pytest.raises(ValueError, match="bot_weighting must be one of inverse_length, token, row"):
+    alg.get_recipe("bot_grpo", bot_weighting="uniform")
+
+
 def test_dapo_overlong_and_dynamic_sampling():
   d = make(3)
   recipe = alg.get_recipe("dapo", overlong_max_length=8, overlong_cache_length=4)

@@ -386,3 +386,108 @@ def test_padding_columns_change_nothing(mode, seed):
 
 
 _clip = jax.jit(losses.clipped_surrogate)
+
+
+# --- truncated importance sampling (TIS) of another engine's rollouts ----------------------
+
+
+def tis_oracle(old, beh, mask, cap):
+  out = np.zeros((B, T))
+  for i in range(B):
+    for t in range(T):
+      if mask[i, t]:
+        out[i, t] = min(math.exp(float(old[i, t]) - float(beh[i, t])), cap)
+  return out
+
+
+def make_behaviour(d, seed, scale=0.8):
+  """The engine's log-probs of the same tokens: the trainer's plus an engine error, NaN padding."""
+  rng = np.random.default_rng(100 + seed)
+  beh = (d["old"] + scale * rng.normal(size=(B, T))).astype(np.float32)
+  beh[~d["mask"]] = np.nan
+  return beh
+
+
+@pytest.mark.parametrize("cap", [1.0, 2.0, 5.0])
+@pytest.mark.parametrize("jit", [False, True])
+def test_tis_weights_match_oracle(cap, jit):
+  fn = both(losses.tis_weights, "cap")[jit]
+  for seed in range(2):
+    d = make(seed)
+    beh = make_behaviour(d, seed)
+    got = np.asarray(fn(d["old"], beh, d["mask"], cap=cap))
+    want = tis_oracle(d["old"], beh, d["mask"], cap)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert np.all(got[~d["mask"]] == 0.0)
+    if cap == 2.0:   # the case exercises both sides of the cap
+      assert (want == cap).any() and ((want > 0) & (want < 1)).any()
+
+
+def test_tis_weights_never_overflow_and_carry_no_gradient():
+  old = jnp.array([[0.0, -200.0, 0.0]])
+  beh = jnp.array([[-200.0, 0.0, 0.0]])
+  m = jnp.array([[True, True, True]])
+  np.testing.assert_allclose(losses.tis_weights(old, beh, m, cap=3.0), [[3.0, 0.0, 1.0]])
+  g_old, g_beh = jax.grad(lambda a, b: jnp.sum(losses.tis_weights(a, b, m, cap=3.0)),
+                          argnums=(0, 1))(old, beh)
+  assert np.all(np.asarray(g_old) == 0.0) and np.all(np.asarray(g_beh) == 0.0)
+
+
+@pytest.mark.parametrize("cap", [0.5, 0.0, -1.0, float("inf"), float("nan")])
+def test_tis_weights_reject_a_cap_below_one(cap):
+  z = jnp.zeros((2, 3))
+  with pytest.raises(ValueError, match="cap must be a finite float >= 1"):
+    losses.tis_weights(z, z, jnp.ones((2, 3), bool), cap=cap)
+
+
+_LP = st.floats(-30.0, 0.0, width=32)
+
+
+@settings(max_examples=40)
+@given(data=st.data(), cap=st.sampled_from([1.0, 1.5, 2.0, 10.0]))
+def test_tis_weights_properties(data, cap):
+  old = np.array(data.draw(st.lists(_LP, min_size=B * T, max_size=B * T)), np.float32)
+  beh = np.array(data.draw(st.lists(_LP, min_size=B * T, max_size=B * T)), np.float32)
+  old, beh = old.reshape(B, T), beh.reshape(B, T)
+  mask = np.array(data.draw(st.lists(st.booleans(), min_size=B * T, max_size=B * T))).reshape(B, T)
+  w = np.asarray(losses.tis_weights(old, beh, mask, cap=cap))
+  # cap respected, non-negative, zero off the mask
+  assert np.all((w >= 0.0) & (w <= cap)) and np.all(w[~mask] == 0.0)
+  # mask invariance: padding values change nothing
+  junk = np.where(mask, 0.0, np.nan).astype(np.float32)
+  np.testing.assert_array_equal(w, losses.tis_weights(old + junk, beh - junk, mask, cap=cap))
+  # identity when the engine's log-probs equal the trainer's
+  np.testing.assert_array_equal(losses.tis_weights(old, old, mask, cap=cap), mask.astype(np.float32))
+  # monotone: a larger cap never lowers a weight
+  assert np.all(np.asarray(losses.tis_weights(old, beh, mask, cap=cap + 1.0)) >= w)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("kl_coef", [0.0, 0.04])
+def test_policy_loss_with_tis_cap_weights_the_surrogate_not_the_kl(jit, kl_coef):
+  from botjax import algorithms as alg
+  recipe = alg.get_recipe("grpo", kl_coef=kl_coef, tis_cap=2.0)
+  plain = alg.get_recipe("grpo", kl_coef=kl_coef)
+  fn = both(lambda *a, **k: alg.policy_loss(recipe, *a, **k))[jit]
+  d = make(3, off_policy=0.4)
+  beh = make_behaviour(d, 3)
+  a = np.where(d["mask"], d["a_tok"], 0.0).astype(np.float32)
+  got, _ = fn(d["logp"], d["old"], a, d["mask"], ref_logp=d["ref"], behaviour_logp=beh)
+  ppo, _ = ppo_oracle(d["logp"], d["old"], a, d["mask"], 0.2, 0.2)
+  kl = np.asarray(losses.kl(d["logp"], d["ref"], kind="k3", mask=d["mask"]))
+  want = ppo * tis_oracle(d["old"], beh, d["mask"], 2.0) + kl_coef * kl
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # the engine agreeing with the trainer (behaviour = old) is the uncorrected loss
+  same, _ = fn(d["logp"], d["old"], a, d["mask"], ref_logp=d["ref"], behaviour_logp=d["old"])
+  base, _ = alg.policy_loss(plain, d["logp"], d["old"], a, d["mask"], ref_logp=d["ref"])
+  np.testing.assert_allclose(same, base, rtol=1e-6, atol=1e-7)
+
+
+def test_policy_loss_with_tis_cap_needs_behaviour_logp():
+  from botjax import algorithms as alg
+  z = jnp.zeros((2, 3))
+  m = jnp.ones((2, 3), bool)
+  with pytest.raises(ValueError, match="behaviour_logp is None"):
+    alg.policy_loss(alg.get_recipe("dapo", tis_cap=2.0), z, z, z, m)
+  with pytest.raises(ValueError, match="tis_cap must be >= 1"):
+    alg.get_recipe("dapo", tis_cap=0.5)

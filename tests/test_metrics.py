@@ -3,11 +3,13 @@
 import itertools
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _util import both
 from botjax import metrics
 
 
@@ -114,3 +116,75 @@ def test_compile_rate():
   assert metrics.compile_rate([True, False, True, True]) == 0.75
   with pytest.raises(ValueError):
     metrics.compile_rate([])
+
+
+# --- the log-prob mismatch of a rollout engine ----------------------------------------------
+
+
+def mismatch_oracle(train, engine, mask):
+  deltas = [float(np.float32(train[i, t]) - np.float32(engine[i, t]))
+            for i in range(train.shape[0]) for t in range(train.shape[1]) if mask[i, t]]
+  if not deltas:
+    return dict(mean_abs_diff=0.0, max_abs_diff=0.0, outside_frac=0.0, tokens=0.0)
+  ratios = [math.exp(d) for d in deltas]
+  return dict(mean_abs_diff=sum(abs(d) for d in deltas) / len(deltas),
+              max_abs_diff=max(abs(d) for d in deltas),
+              outside_frac=sum(r < 0.5 or r > 2.0 for r in ratios) / len(deltas),
+              tokens=float(len(deltas)))
+
+
+def mismatch_case(seed, b=6, t=9):
+  rng = np.random.default_rng(seed)
+  train = -rng.exponential(1.0, size=(b, t)).astype(np.float32)
+  engine = (train + rng.normal(0.0, 0.6, size=(b, t))).astype(np.float32)
+  mask = np.arange(t)[None, :] < rng.integers(0, t + 1, size=b)[:, None]
+  mask[1] = False                                                   # an empty row
+  train[~mask] = np.nan
+  return train, engine, mask
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_logp_mismatch_matches_oracle(jit):
+  fn = both(metrics.logp_mismatch)[jit]
+  for seed in range(3):
+    train, engine, mask = mismatch_case(seed)
+    got = {k: float(v) for k, v in fn(train, engine, mask).items()}
+    want = mismatch_oracle(train, engine, mask)
+    assert got.keys() == want.keys()
+    for k in want:
+      assert got[k] == pytest.approx(want[k], rel=1e-5, abs=1e-6), k
+    assert 0.0 < want["outside_frac"] < 1.0          # the case has tokens on both sides
+
+
+def test_logp_mismatch_of_an_empty_mask_is_zero_and_shapes_are_checked():
+  z = jnp.zeros((2, 3))
+  got = metrics.logp_mismatch(z, z + jnp.nan, jnp.zeros((2, 3), bool))
+  assert {k: float(v) for k, v in got.items()} == dict(mean_abs_diff=0.0, max_abs_diff=0.0,
+                                                       outside_frac=0.0, tokens=0.0)
+  with pytest.raises(ValueError, match="mask has shape"):
+    metrics.logp_mismatch(z, z, jnp.zeros((2, 4), bool))
+
+
+_LPF = st.floats(-20.0, 0.0, width=32)
+
+
+@given(data=st.data())
+def test_logp_mismatch_properties(data):
+  b, t = 4, 5
+  train = np.array(data.draw(st.lists(_LPF, min_size=b * t, max_size=b * t)), np.float32)
+  engine = np.array(data.draw(st.lists(_LPF, min_size=b * t, max_size=b * t)), np.float32)
+  train, engine = train.reshape(b, t), engine.reshape(b, t)
+  mask = np.array(data.draw(st.lists(st.booleans(), min_size=b * t, max_size=b * t))).reshape(b, t)
+  got = {k: float(v) for k, v in metrics.logp_mismatch(train, engine, mask).items()}
+  # mask invariance: padding values change nothing
+  junk = np.where(mask, 0.0, np.nan).astype(np.float32)
+  again = metrics.logp_mismatch(train + junk, engine + junk, mask)
+  assert {k: float(v) for k, v in again.items()} == got
+  # an engine that agrees with the trainer has no mismatch
+  same = {k: float(v) for k, v in metrics.logp_mismatch(train, train, mask).items()}
+  assert same == dict(mean_abs_diff=0.0, max_abs_diff=0.0, outside_frac=0.0,
+                      tokens=float(mask.sum()))
+  assert 0.0 <= got["mean_abs_diff"] <= got["max_abs_diff"] and 0.0 <= got["outside_frac"] <= 1.0
+  # symmetric in the two engines
+  swapped = {k: float(v) for k, v in metrics.logp_mismatch(engine, train, mask).items()}
+  assert swapped == pytest.approx(got)

@@ -199,22 +199,3 @@ def constrain(x: jax.Array, axes: Sequence[str | None], rules=RULES) -> jax.Arra
     return x
   spec = logical_to_spec(axes, rules=rules, mesh=mesh, shape=x.shape)
   return jax.lax.with_sharding_constraint(x, spec)
-
-
-def initialize_distributed(enabled: bool, *, coordinator_address: str | None = None,
-                           num_processes: int | None = None, process_id: int | None = None,
-                           **kwargs: Any) -> None:
-  """Multi-host start-up: calls `jax.distributed.initialize(...)` when `enabled`.
-
-  On TPU pods and SLURM / Open MPI / Kubernetes GPU clusters JAX discovers the arguments itself;
-  elsewhere (plain multi-node GPU) give all three: the coordinator's host:port (process 0), the
-  number of processes and this process's id. None leaves an argument to JAX. Call this before
-  any other JAX call, on every host, with the same script and flags.
-  """
-  if not enabled:
-    return
-  given = {"coordinator_address": coordinator_address, "num_processes": num_processes,
-           "process_id": process_id}
-  jax.distributed.initialize(**{k: v for k, v in given.items() if v is not None}, **kwargs)
-  print(f"[botjax] jax.distributed: process {jax.process_index()} of {jax.process_count()}, "
-        f"{jax.local_device_count()} local / {jax.device_count()} global devices", flush=True)

@@ -1,7 +1,10 @@
 """Host-side rewards: the RewardFn protocol, a worker pool with timeouts, the jax callback bridge,
-MATH/AIME answer checking and step judges.
+MATH/AIME answer checking, step judges and the LLM clients of the judges (`botjax.rewards.llm`:
+OpenAI-compatible servers and the Anthropic Messages API).
 
-Everything here is plain Python + numpy; only `botjax.rewards.bridge` imports jax.
+Everything here is plain Python + numpy; only `botjax.rewards.bridge` imports jax (and
+`LocalModelJudge.from_model`, when called). The exact judge of the arithmetic testbed is
+`botjax.testbeds.arith_judge.ExactArithmeticJudge`.
 """
 from botjax.rewards.base import (
     CombinedReward,
@@ -25,15 +28,15 @@ from botjax.rewards.base import (
     steps_to_arrays,
 )
 from botjax.rewards.judges import (
-    ExactArithmeticJudge,
     JudgeError,
     JudgeRequest,
     JudgeStats,
     JudgeUnavailable,
-    LocalModelJudge,
-    OpenAIStepJudge,
+    LLMStepJudge,
     StepJudge,
 )
+from botjax.rewards.llm import APIS, AnthropicChat, LLMClient, OpenAIChat, make_client
+from botjax.rewards.local_judge import LocalModelJudge
 from botjax.rewards.math import (
     AnswerLimits,
     MathReward,
@@ -61,6 +64,8 @@ __all__ = [
     "format_score", "is_correct", "screen_answer", "segment_steps",
     # steps and judges
     "STRATEGIES", "judge_steps", "step_scores", "step_token_spans", "windows",
-    "ExactArithmeticJudge", "JudgeError", "JudgeRequest", "JudgeStats", "JudgeUnavailable",
-    "LocalModelJudge", "OpenAIStepJudge", "StepJudge",
+    "JudgeError", "JudgeRequest", "JudgeStats", "JudgeUnavailable", "LLMStepJudge",
+    "LocalModelJudge", "StepJudge",
+    # LLM clients
+    "APIS", "AnthropicChat", "LLMClient", "OpenAIChat", "make_client",
 ]

@@ -437,8 +437,8 @@ class MathReward:
   w_local = 1, see `botjax.algorithms.recipe_for_reward`).
 
   Args:
-    judge: a StepJudge (ExactArithmeticJudge, OpenAIStepJudge, LocalModelJudge), or None for the
-      outcome-only reward (no token spans, steps None).
+    judge: a StepJudge (LLMStepJudge, LocalModelJudge, the arithmetic testbed's
+      ExactArithmeticJudge), or None for the outcome-only reward (no token spans, steps None).
     w_g: weight of the correctness term (paper: 3.0).
     w_s: weight of the step term (paper: 0.5; 0 for the GRPO baseline).
     strategy: "error_propagation" (default), "context_aware" or "independent".

@@ -3,7 +3,7 @@
   out = sampler.generate(prompts, key, n=8)                       # SampleOutput, B = P·n rows
   def loss(params):
     model = nnx.merge(graphdef, params)
-    logp, _ = completion_logprobs(model, out, temperature=sampler.config.logp_temperature)
+    logp, _ = sample_logprobs(model, out, temperature=sampler.config.logp_temperature)
     ...                                  # logp [B, T] vs out.logp [B, T], mask out.mask
 """
 
@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 
 from botjax.models import logprobs as logprobs_lib
-from botjax.sampling.engine import SampleOutput
+from botjax.sampling.output import SampleOutput
 
 
-def completion_logprobs(model, out: SampleOutput, *, temperature: float,
+def sample_logprobs(model, out: SampleOutput, *, temperature: float,
                         chunk_size: int = 128, share_prompts: bool = True
                         ) -> tuple[jax.Array, jax.Array]:
   """Log-probs and entropies of a sample's completion tokens under `model`, jit-able.

@@ -37,8 +37,9 @@ from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.engine import FINISH_LENGTH, FINISH_STOP, SampleOutput
 from botjax.sampling.filtering import draw as draw_tokens
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
+                                    generate_args)
 
 _BATCH_AXES = ("data", "fsdp")
 
@@ -191,15 +192,7 @@ class Sampler:
       `num_groups = P`, prompt columns Lp and generated columns T as bucketed.
     """
     cfg = self.config
-    if isinstance(prompts, np.ndarray):
-      prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
-      raise ValueError("prompts must be a non-empty list of token-id lists")
-    if not isinstance(n, int) or n < 1:
-      raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
-    max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if not isinstance(max_new, (int, np.integer)) or max_new < 1:
-      raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new!r}")
+    prompts, max_new = generate_args(prompts, n, max_new_tokens, cfg.max_new_tokens)
     params = self.params if params is None else params
     if isinstance(params, nnx.Module):
       params = nnx.state(params)
@@ -220,12 +213,7 @@ class Sampler:
     padded_ids[:num], padded_mask[:num] = ids, mask
     padded_mask[num:, -1] = True              # dummy rows: one token, never generate
 
-    extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
-    if len(extra) != num:
-      raise ValueError(f"stop_token_ids has {len(extra)} lists for {num} prompts")
-    for i, s in enumerate(extra):
-      if any(not 0 <= t < vocab for t in s):
-        raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab})")
+    extra = extra_stop_ids(stop_token_ids, num, vocab)
     width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
                         name="number of stop ids")
     stops = np.full((pb, width), -1, np.int32)
@@ -272,6 +260,10 @@ class Sampler:
               else P())
       rows = NamedSharding(self.mesh, spec)
       replicated = NamedSharding(self.mesh, P())
+      if jax.process_count() > 1:   # a process-local key -> the same global key everywhere
+        key = jax.random.wrap_key_data(
+            jax.device_put(np.asarray(jax.random.key_data(key)), replicated),
+            impl=jax.random.key_impl(key))
       args = (params, *jax.device_put(args[1:5], rows), jax.device_put(key, replicated),
               *args[6:])
       with jax.set_mesh(self.mesh), xla_cpu.threefry_unrolled(self.mesh):

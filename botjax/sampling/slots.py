@@ -61,9 +61,9 @@ from botjax.models.attention import attention_implementation, cache_layout
 from botjax.models.cache import KVCache
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.engine import (FINISH_LENGTH, FINISH_STOP, SampleOutput,
-                                    register_engine)
 from botjax.sampling.filtering import draw as draw_tokens
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
+                                    generate_args)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache
 
 
@@ -436,19 +436,15 @@ class SlotEngine:
       generated columns T bucketed as the `Sampler` buckets them.
     """
     cfg = self.config
-    if isinstance(prompts, np.ndarray):
-      prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
-      raise ValueError("prompts must be a non-empty list of token-id lists")
-    if not isinstance(n, int) or n < 1:
-      raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+    per_row = not (max_new_tokens is None or isinstance(max_new_tokens, (int, np.integer)))
+    prompts, max_new = generate_args(prompts, n, None if per_row else max_new_tokens,
+                                     cfg.max_new_tokens)
     num = len(prompts)
     rows = num * n
-    max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if isinstance(max_new, (int, np.integer)):
-      budgets = np.full((rows,), int(max_new), np.int64)
+    if not per_row:
+      budgets = np.full((rows,), max_new, np.int64)
     else:
-      budgets = np.asarray(list(max_new), np.int64)
+      budgets = np.asarray(list(max_new_tokens), np.int64)
       if budgets.shape != (rows,):
         raise ValueError(f"max_new_tokens must be an int or {rows} ints (one per row), got "
                          f"{budgets.shape[0]} values")
@@ -467,12 +463,7 @@ class SlotEngine:
       bad = [t for t in p if not 0 <= t < vocab]
       if bad:
         raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
-    extra = [list(s) for s in stop_token_ids] if stop_token_ids is not None else [[]] * num
-    if len(extra) != num:
-      raise ValueError(f"stop_token_ids has {len(extra)} lists for {num} prompts")
-    for i, s in enumerate(extra):
-      if any(not 0 <= t < vocab for t in s):
-        raise ValueError(f"stop_token_ids[{i}] = {s} holds ids outside [0, {vocab})")
+    extra = extra_stop_ids(stop_token_ids, num, vocab)
     width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
                         name="number of stop ids")
     stops = np.full((num, width), -1, np.int32)
@@ -698,6 +689,3 @@ def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_thr
     slots = options.get("num_slots", 64)
     options["num_slots"] = -(-slots // host_threads) * host_threads
   return SlotEngine(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)
-
-
-register_engine("slots", _slots_engine)

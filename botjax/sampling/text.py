@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from botjax.sampling.engine import FINISH_STOP, SampleOutput
+from botjax.sampling.output import FINISH_STOP, SampleOutput
 from botjax.sampling.sampler import Sampler
 
 Message = Mapping[str, str]

@@ -20,11 +20,12 @@ from typing import Sequence
 import jax
 from flax import nnx
 
-from botjax import algorithms
+from botjax import algorithms, xla_cpu
 from botjax import data as data_lib
 from botjax import models
-from botjax.rewards import ExactArithmeticJudge, MathReward, is_correct
+from botjax.rewards import MathReward, is_correct
 from botjax.sampling import make_engine
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as config_lib
 from botjax.train.evaluate import evaluate
 from botjax.train.loop import RLTrainer
@@ -127,7 +128,8 @@ def warm_start(model, tok, prompt_ids, completion_ids, setup, tmp: str, ckpt: st
                 seed=setup.seed), pad_id=tok.pad_token_id, log_every=log_every)
   models.save_pretrained(model, tmp)
   with open(os.path.join(tmp, "setup.json"), "w") as f:
-    json.dump(dataclasses.asdict(setup), f, indent=2)
+    json.dump({**dataclasses.asdict(setup), "environment": xla_cpu.numerics_environment()}, f,
+              indent=2)
   os.replace(tmp, ckpt)
 
 
@@ -137,7 +139,10 @@ def prepare(workdir: str, setup: ArithmeticSetup = ArithmeticSetup(), *,
   t0 = time.perf_counter()
   task = setup.task()
   train, held_out = data_lib.make_splits(task, setup.num_train, setup.num_eval)
-  ckpt = os.path.join(workdir, f"warmstart-{setup.digest()}")
+  # The numerics environment is part of the key: a warm start built under other XLA flags, CPU
+  # or device count has other weights, and the runs from it other figures.
+  env = xla_cpu.numerics_environment()
+  ckpt = os.path.join(workdir, f"warmstart-{setup.digest()}-{setup_digest(setup, **env)}")
   if os.path.exists(os.path.join(ckpt, "config.json")):
     return Prepared(ckpt, train, held_out, setup, time.perf_counter() - t0, cached=True)
   tmp = ckpt + ".partial"

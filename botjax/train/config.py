@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 class OptimConfig:
   """AdamW with linear warm-up and global-norm gradient clipping (optax)."""
   learning_rate: float = 1e-6          # DeepSeekMath §4.2 / DAPO §4.1 use 1e-6; BoT-GRPO AIME 5e-7
+                                       # (the experiments' defaults and sources: docs/defaults.md)
   warmup_steps: int = 0                # DAPO: linear warm-up over 20 rollout steps
   schedule: str = "constant"           # "constant" | "cosine" (decays to 10% over `steps`)
   weight_decay: float = 0.0
@@ -34,13 +35,13 @@ class RolloutConfig:
   group_size: int = 8
   max_prompt_tokens: int = 256
   max_new_tokens: int = 256
-  temperature: float = 1.0
+  temperature: float = 1.0             # botjax's choice (the paper gives none): docs/defaults.md
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
   engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES:
-                                       # "jax" (the lockstep Sampler) or "slots" (SlotEngine,
-                                       # continuous batching: faster when completion lengths
-                                       # spread, the same samples; docs/scaling.md)
+                                       # "jax" (lockstep decoding), "slots" (continuous
+                                       # batching: faster when completion lengths spread, the
+                                       # same samples; docs/scaling.md) or "vllm"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

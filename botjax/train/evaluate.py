@@ -53,6 +53,9 @@ def evaluate(engine: RolloutEngine, tokenizer, records: Sequence[Mapping[str, An
     chunk = records[start:start + batch_prompts]
     ids, texts = encode_prompts(tokenizer, [prompt_fn(r) for r in chunk])
     out = engine.generate(ids, jax.random.fold_in(key, start), n=n)
+    if jax.process_count() > 1:   # every process holds only its rows of the global arrays
+      from botjax import distributed
+      out = distributed.gather(out)
     ts = decode_completions(tokenizer, out, texts)
     lengths.extend(np.asarray(out.lengths).tolist())
     for b, text in enumerate(ts.completions):

@@ -252,12 +252,15 @@ class Hooks:
 def default_hooks(cfg, *, rundir, eval_fn=None, run_config: dict,
                   extra_config: dict | None = None) -> Hooks:
   """The trainer's hooks for a TrainConfig: evaluation (`eval_every`, when `eval_fn` is given),
-  logging (`log_every`), the console (`progress`, `verbose`), checkpoints (`checkpoint_every`)."""
+  logging (`log_every`), the console (`progress`, `verbose`), checkpoints (`checkpoint_every`).
+  Every process runs them all; the files and the console are `rundir.is_writer`'s only, the
+  checkpoints every process's (Orbax)."""
   hooks = Hooks()
   if eval_fn is not None:
     hooks.add(EvalHook(eval_fn, cfg.eval_every))
   hooks.add(LogHook(rundir, every=cfg.log_every, config=run_config, tensorboard=cfg.tensorboard,
                     wandb_project=cfg.wandb_project, extra_config=extra_config))
-  hooks.add(ConsoleHook(enabled=cfg.progress, verbose=cfg.verbose))
+  writer = rundir.is_writer     # multi-process: only process 0 prints and shows a progress bar
+  hooks.add(ConsoleHook(enabled=cfg.progress and writer, verbose=cfg.verbose and writer))
   hooks.add(CheckpointHook(cfg.checkpoint_every))
   return hooks

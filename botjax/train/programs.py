@@ -197,6 +197,8 @@ class UpdatePrograms:
         mb = jax.tree.map(lambda x: x[rows], batch) if nmb > 1 else batch
         if self.mesh is not None:
           from botjax.models.sharding import batch_sharding
+          if jax.process_count() > 1:   # the same host values on every process -> global
+            mb = jax.tree.map(np.asarray, mb)
           mb = jax.tree.map(lambda x: jax.device_put(x, batch_sharding(self.mesh, x.ndim)), mb)
         state, m = fn(state, mb)
         m = jax.device_get(m)

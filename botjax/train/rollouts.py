@@ -382,7 +382,13 @@ class RolloutCollector:
 
   def sample_and_score(self, records, key, *, step: int, group_offset: int = 0) -> Rollouts:
     """Samples G completions per record with the engine's parameters and scores them on the
-    host. Moves nothing (the position is `collect`'s)."""
+    host. Moves nothing (the position is `collect`'s).
+
+    In a multi-process run (`jax.process_count() > 1`) `records` are this process's share
+    (`botjax.distributed.process_slice`) and the result holds every process's rows (see
+    `_sample_and_score_shared`)."""
+    if jax.process_count() > 1:
+      return self._sample_and_score_shared(records, key, step=step, group_offset=group_offset)
     G = self.G
     ids, texts = self.encode(records)
     t0 = time.perf_counter()
@@ -407,13 +413,63 @@ class RolloutCollector:
                     offsets=ts.offsets, results=results, spec=self.spec,
                     support=support)
 
+  def _sample_and_score_shared(self, records, key, *, step: int, group_offset: int) -> Rollouts:
+    """`sample_and_score` in a multi-process run: each process encodes its share of the
+    prompts, the prompts are all-gathered so that every process calls the engine on the same
+    global batch, every process decodes all rows (cheap tokenizer work) but scores only the
+    rows of its own prompts, and the reward results are all-gathered
+    (`botjax.distributed.allgather_objects`): each row is scored once, on one process, and
+    every process assembles the same `Rollouts`."""
+    from botjax import distributed
+    G = self.G
+    mine = self.encode(records)
+    parts = distributed.allgather_objects(mine)
+    first = sum(len(ids) for ids, _ in parts[:jax.process_index()])
+    ids = [p for part_ids, _ in parts for p in part_ids]
+    texts = [t for _, part_texts in parts for t in part_texts]
+    t0 = time.perf_counter()
+    out = distributed.gather(self.engine.generate(ids, key, n=G))
+    t1 = time.perf_counter()
+    ts = decode_completions(self.tokenizer, out, texts)
+    own = range(first * G, (first + len(records)) * G)
+    meta = []
+    for b in own:
+      m = dict(records[b // G - first])
+      m.update(_step=int(step), _row=int(group_offset * G + b))
+      meta.append(m)
+    scored = self.pool([ts.prompts[b] for b in own], [ts.completions[b] for b in own], meta)
+    t2 = time.perf_counter()
+    results = [r for part in distributed.allgather_objects(list(scored)) for r in part]
+    self.timing["generate_s"] += t1 - t0
+    self.timing["reward_s"] += t2 - t1
+    return assemble(prompt_ids=out.prompt_ids, prompt_mask=out.prompt_mask, tokens=out.tokens,
+                    mask=out.mask, logp=out.logp, lengths=out.lengths, finish=out.finish_reason,
+                    group_ids=np.asarray(out.group_ids) + group_offset,
+                    completions=ts.completions, offsets=ts.offsets, results=results,
+                    spec=self.spec)
+
+  def _pool_counts(self, before: dict) -> tuple[float, float]:
+    """(failures, timeouts) of the reward pool since `before`, summed over the processes (each
+    scores its own rows)."""
+    pool = self.pool.metrics()
+    counts = (float(pool["failures"] - before["failures"]),
+              float(pool["timeouts"] - before["timeouts"]))
+    if jax.process_count() == 1:
+      return counts
+    from botjax import distributed
+    every = distributed.allgather_objects(counts)
+    return float(sum(c[0] for c in every)), float(sum(c[1] for c in every))
+
   def collect(self, key, step: int, *, advance: bool = True) -> tuple[Rollouts, dict]:
     """One step's P·G rollouts and their sampling metrics.
 
     Reads P prompt records per sampling round from `position` and, with `advance` (the
     default), moves `position` past them, so that the next call reads the next records (the
     trainer saves it with each checkpoint). `advance=False` leaves it where it was: the same
-    call again returns the same rollouts (for a deterministic reward).
+    call again returns the same rollouts (for a deterministic reward). In a multi-process run
+    each process reads only its contiguous share of the P records (process p of N: records
+    p·P/N .. (p+1)·P/N - 1; P must divide by N) and scores only their rows; every process
+    returns the same rollouts and metrics.
 
     Groups are renumbered 0..P-1 in row order; rows that failed for infrastructure reasons get
     group P (so advantages run with num_groups = P + 1).
@@ -431,8 +487,12 @@ class RolloutCollector:
     kept: list[Rollouts] = []
     n_kept = 0
     info = {"sample_rounds": 0, "constant_groups": 0.0}
+    share = range(P)
+    if jax.process_count() > 1:   # each process reads (and scores) its share of the prompts
+      from botjax import distributed
+      share = range(P)[distributed.process_slice(P)]
     for rnd in range(rounds):
-      records = [self.prompts.get(position + i) for i in range(P)]
+      records = [self.prompts.get(position + i) for i in share]
       position += P
       part = self.sample_and_score(records, jax.random.fold_in(key, rnd), step=step,
                                    group_offset=rnd * P)
@@ -455,10 +515,10 @@ class RolloutCollector:
       filler = filler_rollouts(kept[-1] if kept else None, (P - n_kept) * G, self.pad_id)
       roll = filler if roll is None else concat_rollouts([roll, filler], self.pad_id)
     info["rollouts/infra_failures"] = float(roll.infra.sum())
-    pool = self.pool.metrics()
+    failures, timeouts = self._pool_counts(pool_before)
     info.update({
-        "reward_failures": float(pool["failures"] - pool_before["failures"]),
-        "reward_timeouts": float(pool["timeouts"] - pool_before["timeouts"]),
+        "reward_failures": failures,
+        "reward_timeouts": timeouts,
         **self.timing,
         "generate_tokens_per_s": float(roll.mask.sum()) / max(self.timing["generate_s"], 1e-9)})
     if advance:

@@ -75,7 +75,7 @@ def sft(model: nnx.Module, prompts: Sequence[Sequence[int]], completions: Sequen
   @functools.partial(xla_cpu.jit, donate_argnums=(0, 1))
   def train_step(params, opt_state, ids, pos, attn, lmask):
     def loss_fn(p):
-      logp, _ = step_lib.completion_logprobs(graphdef, p, rest, ids, pos, attn, completion_len=t)
+      logp, _ = step_lib.split_logprobs(graphdef, p, rest, ids, pos, attn, completion_len=t)
       return -jnp.sum(jnp.where(lmask, logp, 0.0)) / jnp.maximum(jnp.sum(lmask), 1)
     loss, grads = jax.value_and_grad(loss_fn)(params)
     updates, opt_state = tx.update(grads, opt_state, params)

@@ -49,9 +49,12 @@ class RLBatch:
     advantages: f32[B, T] token advantages, zero outside `loss_mask`.
     loss_mask: bool[B, T] True on completion tokens that carry loss.
     seq_weights: f32[B] per-completion weights (ReCo), ones otherwise.
+    behaviour_logp: f32[B, T] the rollout engine's log-probs of the completion tokens when they
+      are not the trainer's own (vLLM: `old_logp` is then the trainer's recomputation), read by
+      the truncated importance-sampling correction (`Recipe.tis_cap`); None: `old_logp`.
     support: f32[B, T] the sampler's top-k / top-p support thresholds of the completion
       tokens (`SampleOutput.support_logp`), or None: the update's log-probs are then taken
-      under the same truncated distribution as `old_logp` (`completion_logprobs(support=)`).
+      under the same truncated distribution as `old_logp` (`split_logprobs(support=)`).
   """
   input_ids: jax.Array
   positions: jax.Array
@@ -61,6 +64,7 @@ class RLBatch:
   advantages: jax.Array
   loss_mask: jax.Array
   seq_weights: jax.Array
+  behaviour_logp: jax.Array | None = None
   support: jax.Array | None = None
 
   @property
@@ -114,9 +118,9 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
   return graphdef, params, rest
 
 
-def completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
-                        completion_len: int, temperature: float = 1.0, chunk: int = 128,
-                        num_prompts: int = 0, support=None):
+def split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
+                   completion_len: int, temperature: float = 1.0, chunk: int = 128,
+                   num_prompts: int = 0, support=None):
   """`botjax.models.logprobs.completion_logprobs` of the split model (differentiable in params).
 
   Log-probs and entropies of the T completion tokens under softmax(logits / temperature),
@@ -191,13 +195,15 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
   use_ref = recipe.kl_coef > 0
 
   def mb_loss(params):
-    logp, ent = completion_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
+    logp, ent = split_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
                                     mb.attention_mask, completion_len=T,
                                     temperature=temperature, chunk=chunk,
                                     num_prompts=num_prompts, support=mb.support)
+    behaviour = mb.old_logp if mb.behaviour_logp is None else mb.behaviour_logp
     per_token, m = algorithms.policy_loss(
         recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,
-        ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights)
+        ref_logp=mb.ref_logp if use_ref else None, seq_weights=mb.seq_weights,
+        behaviour_logp=behaviour)
     num, _ = losses.aggregate(per_token, mb.loss_mask, mode=recipe.agg_mode, norm=recipe.agg_norm)
     msk = mb.loss_mask
     stats = {
@@ -209,6 +215,11 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
     for name in ("clipped", "kl"):
       if name in m:
         stats[f"{name}_sum"] = jnp.sum(jnp.where(msk, m[name].astype(jnp.float32), 0.0))
+    if recipe.tis_cap is not None:
+      w = losses.tis_weights(mb.old_logp, behaviour, msk, cap=recipe.tis_cap)
+      stats["tis_weight_sum"] = jnp.sum(w)
+      over = jnp.where(msk, mb.old_logp - behaviour, 0.0) > np.log(recipe.tis_cap)   # ratio > C
+      stats["tis_capped_sum"] = jnp.sum(msk & over, dtype=jnp.float32)
     return num / den, stats
 
   (loss, stats), grads = jax.value_and_grad(mb_loss, has_aux=True)(params)
@@ -253,6 +264,9 @@ def apply_grads(state: TrainState, grads, loss: jax.Array, stats: dict, *,
     metrics["clip_fraction"] = stats["clipped_sum"] / tok
   if "kl_sum" in stats:
     metrics["kl"] = stats["kl_sum"] / tok
+  if "tis_weight_sum" in stats:
+    metrics["tis_weight"] = stats["tis_weight_sum"] / tok
+    metrics["tis_capped_fraction"] = stats["tis_capped_sum"] / tok
   return StepOutput(new_state, metrics)
 
 
@@ -274,7 +288,7 @@ def update(state: TrainState, batch: RLBatch, *, graphdef, rest, recipe: algorit
     temperature: scoring temperature (same as sampling).
     chunk: completion positions per log-prob chunk.
     num_prompts: U > 0 shares each prompt's forward pass among the rows of a micro-batch
-      that hold it (`completion_logprobs`); U must be at least the number of distinct
+      that hold it (`split_logprobs`); U must be at least the number of distinct
       prompts in any micro-batch (`prompt_slots`). 0 = no sharing.
 
   Returns:
@@ -382,10 +396,10 @@ class ParallelUpdate:
 def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
   """Jitted `(params, input_ids, positions, attention_mask, T, U=0) -> (logp, entropy)`.
 
-  U is `completion_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is.
+  U is `split_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is.
   """
   def fn(params, input_ids, positions, attention_mask, completion_len, num_prompts=0):
-    return completion_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
+    return split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk, num_prompts=num_prompts)
   return xla_cpu.jit(fn, static_argnums=(4, 5))

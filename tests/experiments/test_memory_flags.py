@@ -25,10 +25,25 @@ def test_plan_text_fits_one_80_gb_gpu_and_names_settings_when_not():
 
 
 def test_memory_settings_applies_scan_layers_when_given():
-  class Flags:
-    remat = micro_batch_size = None
-    scan_layers = False
   cfg = TrainConfig(remat=True, scan_layers=True)
-  assert _cli.memory_settings(cfg, Flags).scan_layers is False
-  Flags.scan_layers = None                                 # not given: the experiment's choice
-  assert _cli.memory_settings(cfg, Flags).scan_layers is True
+  assert _cli.memory_settings(cfg, scan_layers=False).scan_layers is False
+  assert _cli.memory_settings(cfg).scan_layers is True     # not given: the experiment's choice
+  assert _cli.memory_settings(cfg, remat=False, micro_batch_size=4, verbose=True) == TrainConfig(
+      remat=False, scan_layers=True, micro_batch_size=4, verbose=True)
+
+
+def test_paper_config_merges_the_protocol_engine_and_overrides_in_order():
+  from botjax import algorithms
+  cfg = TrainConfig(recipe="bot_grpo", recipe_overrides=(("kl_coef", 0.0),), remat=True)
+  out = _cli.paper_config(cfg, eval_every=5, engine="jax", remat=False,
+                          sets=["rollout.group_size=4", "recipe.grpo_ddof=1"])
+  assert out.eval_every == 5 and out.rollout.engine == "jax" and out.remat is False
+  assert out.rollout.group_size == 4
+  recipe = dict(out.recipe_overrides)
+  # the paper's population std, the experiment's own overrides kept, --set last
+  assert dict(algorithms.PAPER_PROTOCOL)["grpo_ddof"] == 0 and recipe["grpo_ddof"] == 1
+  assert recipe["kl_coef"] == 0.0
+  assert dict(_cli.paper_config(cfg, eval_every=5).recipe_overrides)["grpo_ddof"] == 0
+  import pytest
+  with pytest.raises(_cli.UserError, match="--engine='sglang': not a rollout engine"):
+    _cli.paper_config(cfg, eval_every=5, engine="sglang")

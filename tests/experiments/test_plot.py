@@ -161,7 +161,7 @@ def test_react_compare_dirs_are_labelled_a_vs_b_and_pooled(tmp_path):
     d = tmp_path / f"cmp-seed{seed}"
     d.mkdir()
     n = w + l + t
-    (d / "compare.json").write_text(json.dumps(   # as experiments/react.py --compare writes it
+    (d / "compare.json").write_text(json.dumps(   # as experiments/react_compare.py writes it
         {"win_rate": (w + 0.5 * t) / n, "tie_rate": t / n, "wins": w, "losses": l, "ties": t,
          "n": n, "a": f"runs/react/bot_grpo-seed{seed}/hf_final", "b": f"runs/react/grpo-seed{seed}"}))
     (d / "config.json").write_text(json.dumps({"train": {}}))   # other JSON of the dir: skipped

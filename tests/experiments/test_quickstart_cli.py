@@ -32,6 +32,13 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
           "is exactly 1: clip-higher (DAPO), sequence clipping (GSPO) and ReCo's variance ratio had "
           "nothing to act on.") in table
   assert (tmp_path / "quickstart.png").stat().st_size > 10_000
+  env = json.loads((tmp_path / "environment.json").read_text())
+  assert env["backend"] == "cpu" and env["jax"] and "Numerics environment" in table
+  # the warm start is keyed on that environment too
+  [warm] = [d for d in os.listdir(tmp_path) if d.startswith("warmstart-")]
+  assert len(warm.split("-")) == 3
+  setup = json.loads((tmp_path / warm / "setup.json").read_text())
+  assert setup["environment"] == env
   report = _run("--algos=grpo,bot_grpo,rloo", "--report_only", f"--workdir={tmp_path}", *TINY)
   assert report.returncode == 0, report.stderr[-3000:]
   assert "rloo-seed0: not finished, left out" in report.stdout
@@ -55,8 +62,19 @@ def test_two_recipes_then_reuse_and_one_more(tmp_path):
   last = {lr: np.mean([r["eval/accuracy"] for r in recs if "eval/accuracy" in r][-5:])
           for lr, recs in acc.items()}
   best = max(last, key=last.get)
+  # the rate is chosen on seed 0 and reported on seeds 1..2
   assert (tmp_path / f"grpo-lr{best}-seed1" / "seconds.json").exists()
+  assert (tmp_path / f"grpo-lr{best}-seed2" / "seconds.json").exists()
+  assert "reports seeds 1–2, which took no part in the choice" in table
   other = "1e-09" if best == "3e-04" else "3e-04"
   assert not (tmp_path / f"grpo-lr{other}-seed1").exists()
   assert f"| grpo (lr {float(best):g}) | 2 |" in table
   assert f"**{last[best]:.3f}**" in table and f"| {last[other]:.3f} |" in table.replace("| **", "| ")
+
+
+def test_contrasts_must_name_two_recipes_of_algos(tmp_path):
+  r = _run("--algos=grpo,bot_grpo", "--contrasts=bot_grpo:dapo", f"--workdir={tmp_path}", *TINY,
+           timeout=120)
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert "--contrasts: 'bot_grpo:dapo' is not a:b with two different recipes of --algos " \
+         "(grpo,bot_grpo)" in r.stderr

@@ -137,7 +137,8 @@ def _host_path(tokenizer, fn, ids, mask):
 
 @pytest.mark.parametrize("vmap_method", ["sequential", "broadcast_all"])
 def test_reward_fn_callback_in_jit_and_vmap_matches_the_host_path(tokenizer, vmap_method):
-  from botjax.rewards import ExactArithmeticJudge, MathReward
+  from botjax.rewards import MathReward
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   from botjax.rewards.bridge import reward_fn_callback
   fn = MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5)
   ids, mask = _batch(tokenizer)

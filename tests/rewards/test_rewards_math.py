@@ -178,7 +178,8 @@ def test_segment_free_form():
 
 
 def test_think_blocks_are_not_scored():
-  from botjax.rewards import ExactArithmeticJudge, MathReward
+  from botjax.rewards import MathReward
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   from botjax.rewards.math import answer_offset
   meta = {"answer": "14", "problem": "What is (3 + 4) * 2?", "step_exprs": ["3 + 4", "7 * 2"],
           "step_values": [7, 14]}

@@ -104,7 +104,8 @@ def test_bad_arguments():
 def test_math_reward_in_process_workers():
   """math-verify runs in each worker's main thread (its signal timers work); adversarial answers
   are screened, correct ones verified."""
-  from botjax.rewards import ExactArithmeticJudge, MathReward
+  from botjax.rewards import MathReward
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
 
   good = "<step 1>3 + 4 = 7</step>\n<step 2>7 * 2 = 14</step>\n<final>\\frac{28}{2}</final>"
   completions = [good, "\\boxed{9^{9^{9^{9}}}}", "<final>9**9**9**9</final>", "\\boxed{014}"]

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from botjax.data import arithmetic
-from botjax.rewards import (ExactArithmeticJudge, JudgeRequest, JudgeUnavailable, LocalModelJudge,
+from botjax.rewards import (JudgeRequest, JudgeUnavailable, LocalModelJudge,
                             MathReward, RewardPool, judge_steps, segment_steps,
                             spans_to_token_values, step_scores, step_token_spans, windows)
-from botjax.rewards.judges import parse_equation
+from botjax.testbeds.arith_judge import ExactArithmeticJudge, parse_equation
 from botjax.rewards.steps import propagate_errors
 
 RIGHT = ["3 + 4 = 7", "7 * 2 = 14", "14 - 5 = 9", "9 + 1 = 10", "10 * 3 = 30"]

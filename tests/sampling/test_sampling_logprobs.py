@@ -1,4 +1,4 @@
-"""`botjax.sampling.completion_logprobs`: a sample's log-probs under a model, inside `jit`."""
+"""`botjax.sampling.sample_logprobs`: a sample's log-probs under a model, inside `jit`."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 import botjax.models as bm
-from botjax.sampling import Sampler, SamplingConfig, completion_logprobs
+from botjax.sampling import Sampler, SamplingConfig, sample_logprobs
 
 CFG = bm.DecoderConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                        head_dim=8, intermediate_size=64, qkv_bias=True, rope_theta=1e4)
@@ -21,7 +21,7 @@ def model():
 
 @jax.jit(static_argnames=("graphdef", "temperature", "chunk_size", "share_prompts"))
 def _helper(graphdef, params, out, temperature, chunk_size=128, share_prompts=True):
-  return completion_logprobs(nnx.merge(graphdef, params), out, temperature=temperature,
+  return sample_logprobs(nnx.merge(graphdef, params), out, temperature=temperature,
                              chunk_size=chunk_size, share_prompts=share_prompts)
 
 
@@ -86,7 +86,7 @@ def test_helper_with_other_parameters_matches_a_numpy_oracle_and_its_gradient(mo
     return jnp.sum(jnp.where(out.mask, jax.lax.dynamic_slice_in_dim(lp, tf.start, t, 1), 0.0))
 
   def chunked(params):
-    return jnp.sum(completion_logprobs(nnx.merge(graphdef, params), out, temperature=0.8,
+    return jnp.sum(sample_logprobs(nnx.merge(graphdef, params), out, temperature=0.8,
                                        chunk_size=3)[0])
   g_full, g_chunk = jax.jit(jax.grad(full))(params), jax.jit(jax.grad(chunked))(params)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(
@@ -114,4 +114,4 @@ def test_teacher_forcing_slice_works_inside_jit(model):
 def test_helper_rejects_a_non_positive_temperature(model):
   out = Sampler(model, CFG, SamplingConfig(max_new_tokens=4)).generate(PROMPTS[:1], jax.random.key(0))
   with pytest.raises(ValueError, match="temperature must be > 0"):
-    completion_logprobs(model, out, temperature=0.0)
+    sample_logprobs(model, out, temperature=0.0)

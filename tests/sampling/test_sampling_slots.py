@@ -11,7 +11,7 @@ from flax import nnx
 
 import botjax.models as bm
 from botjax.sampling import (RolloutEngine, Sampler, SamplingConfig, SlotEngine,
-                             completion_logprobs, make_engine)
+                             sample_logprobs, make_engine)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache, ragged_attention, write_tokens
 from botjax.sampling.slots import _narrower
 
@@ -86,7 +86,7 @@ def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
   out = engine.generate(PROMPTS, jax.random.key(11), n=3, stop_token_ids=STOPS)
   mask = np.asarray(out.mask)
   assert (out.support_logp is not None) == (top_k > 0 or top_p < 1.0)
-  tf, _ = jax.jit(lambda o: completion_logprobs(model, o, temperature=sc.logp_temperature))(out)
+  tf, _ = jax.jit(lambda o: sample_logprobs(model, o, temperature=sc.logp_temperature))(out)
   np.testing.assert_allclose(np.asarray(tf)[mask], np.asarray(out.logp)[mask], atol=2e-5)
   ref = Sampler(model, CFG, sc, host_threads=1).generate(PROMPTS, jax.random.key(11), n=3,
                                                          stop_token_ids=STOPS)

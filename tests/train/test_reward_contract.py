@@ -6,9 +6,6 @@ The React reward runs for real (the pinned Node toolchain compiles and lints eve
 completions are fixed texts, so no sampler is involved.
 """
 import dataclasses
-import importlib.util
-import os
-import sys
 import time
 
 import numpy as np
@@ -23,8 +20,8 @@ from botjax.train import config as C
 from botjax.train import rollouts as R
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
+from _util import load_experiment
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
 CLEAN = """import { useState } from 'react';
@@ -114,16 +111,8 @@ def _train_config(workdir):
 
 
 def _react_script():
-  """experiments/react.py as a module (its flags parsed for the tiny setup)."""
-  name = "botjax_experiments_react"
-  if name not in sys.modules:
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
-                                                                      "react.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-  return sys.modules[name]
+  """experiments/react.py as a module."""
+  return load_experiment("react")
 
 
 def _advantages(trainer, roll):
@@ -202,8 +191,9 @@ def test_a_weighted_reward_refuses_recipe_weights_that_would_apply_twice(env, tm
 
 
 def test_spec_declares_what_the_trainer_reads():
-  from botjax.rewards import (CombinedReward, ExactArithmeticJudge, MathReward, Signal, batched,
-                              combine, reward_spec)
+  from botjax.rewards import (CombinedReward, MathReward, Signal, batched, combine,
+                              reward_spec)
+  from botjax.testbeds.arith_judge import ExactArithmeticJudge
   plain = lambda prompts, completions, metadata: [RewardResult(1.0) for _ in completions]  # noqa
   assert reward_spec(plain) == RewardSpec() and RewardSpec().signals == {Signal.SEQUENCE}
   assert MathReward(None).spec == RewardSpec({"sequence"}, verifier="answer", weighted=True)

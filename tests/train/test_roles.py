@@ -14,11 +14,13 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward
+from botjax.rewards import MathReward
 from botjax.sampling import ENGINES, SamplingConfig, make_engine, register_engine
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts, RolloutCollector
+from _util import tiny_arith
 
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,13 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
   root = tmp_path_factory.mktemp("roles")
-  tok = data.build_tokenizer(str(root / "tok"), TASK, vocab_size=300, num_problems=300)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
-                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                            intermediate_size=64, eos_token_id=(eos,),
-                            pad_token_id=tok.pad_token_id, bos_token_id=0)
-  train, _ = data.make_splits(TASK, 40, 4)
+  tok, cfg, train = tiny_arith(root, TASK)
   return {"tok": tok, "cfg": cfg, "train": train, "engines": {}}
 
 
@@ -61,6 +57,13 @@ def make_trainer(env, cfg, **kw):
   if cfg.rollout.engine == "jax":
     env["engines"].setdefault("jax", trainer.engine)   # one compiled engine for the module
   return trainer
+
+
+def jax_engine(env, tmp_path):
+  """The module's compiled botjax engine, built by a trainer when no test has built it yet."""
+  if "jax" not in env["engines"]:
+    make_trainer(env, base_config(tmp_path / "engine")).close()
+  return env["engines"]["jax"]
 
 
 class Recording:
@@ -118,7 +121,7 @@ def test_the_engine_is_built_by_name_and_gets_the_parameters_after_each_update(e
 
 def test_an_engine_that_is_not_exact_gets_its_old_logp_recomputed(env, tmp_path):
   t = make_trainer(env, base_config(tmp_path))
-  shifted = Recording(env["engines"]["jax"], logp_shift=0.5)
+  shifted = Recording(jax_engine(env, tmp_path), logp_shift=0.5)
   try:
     exact = t.inspect_batch()
     t.engine = t.collector.engine = shifted
@@ -158,7 +161,7 @@ def test_inspect_batch_moves_nothing_and_shows_the_next_step(env, tmp_path):
 def test_the_collector_can_be_injected(env, tmp_path):
   cfg = base_config(tmp_path, steps=1)
   recipe = C.recipe_for_run(cfg, MathReward(None).spec)
-  engine = env["engines"]["jax"]
+  engine = jax_engine(env, tmp_path)
   collector = RolloutCollector.for_run(cfg, recipe, engine=engine, tokenizer=env["tok"],
                                        prompts=ListPrompts(env["train"][::-1]),
                                        reward_fn=MathReward(None), prompt_fn=prompt_fn)

@@ -12,13 +12,15 @@ import pytest
 from flax import nnx
 
 from botjax import algorithms, data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward, RewardResult, RewardSpec
+from botjax.rewards import MathReward, RewardResult, RewardSpec
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.checkpoint import ConfigMismatchError
 from botjax.train import rollouts
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
 from botjax.train.rundir import read_jsonl
+from _util import tiny_arith
 
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
@@ -26,13 +28,7 @@ TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"),
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
   root = tmp_path_factory.mktemp("loop")
-  tok = data.build_tokenizer(str(root / "tok"), TASK, vocab_size=300, num_problems=300)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
-                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                            intermediate_size=64, eos_token_id=(eos,),
-                            pad_token_id=tok.pad_token_id, bos_token_id=0)
-  train, _ = data.make_splits(TASK, 40, 4)
+  tok, cfg, train = tiny_arith(root, TASK)
   return {"root": root, "tok": tok, "cfg": cfg, "train": train, "samplers": {}}
 
 
@@ -67,7 +63,7 @@ def params_of(trainer):
 # proven against NumPy loops in tests/test_algorithms.py and tests/test_advantages.py) run with
 # -m slow; the default suite keeps one recipe of each trainer path.
 _SAME_PATH_AS_ANOTHER = {"dr_grpo", "rloo", "bot_gspo", "bot_dapo", "bot_pure", "process_grpo",
-                         "grpo_stepmean"}
+                         "grpo_stepmean", "bot_grpo_token", "bot_grpo_row"}
 
 
 @pytest.mark.parametrize("recipe", [

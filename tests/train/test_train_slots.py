@@ -2,31 +2,25 @@
 same update as on the lockstep sampler ("jax"), for one seed; with top-k / top-p, the update's
 log-probs are taken under the sampler's truncated support."""
 
-import dataclasses
-
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
 from botjax import data, models
-from botjax.rewards import ExactArithmeticJudge, MathReward
+from botjax.rewards import MathReward
 from botjax.sampling import Sampler, SlotEngine
+from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
+from _util import tiny_arith
 
 TASK = data.ArithmeticTask(num_ops=(1, 2), operand_range=(1, 5), ops=("+", "-"), seed=3)
 
 
 def _trainer(tmp_path, engine, **rollout):
-  tok = data.build_tokenizer(str(tmp_path / "tok"), TASK, vocab_size=300, num_problems=300)
-  eos = tok.convert_tokens_to_ids("<|im_end|>")
-  cfg = dataclasses.replace(models.get_config("tiny"), vocab_size=len(tok), hidden_size=32,
-                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
-                            intermediate_size=64, eos_token_id=(eos,),
-                            pad_token_id=tok.pad_token_id, bos_token_id=0)
-  train, _ = data.make_splits(TASK, 40, 4)
+  tok, cfg, train = tiny_arith(tmp_path, TASK)
   tc = C.TrainConfig(
       recipe="grpo", steps=1, seed=0, workdir=str(tmp_path / engine),
       optim=C.OptimConfig(learning_rate=1e-3),

@@ -48,7 +48,7 @@ def _rl_batch(model, ids, attn, adv):
   pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
   mask = attn[:, LP:]
   graphdef, params, rest = step_lib.split_model(model)
-  logp, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
+  logp, _ = step_lib.split_logprobs(graphdef, params, rest, ids, pos, attn, completion_len=T)
   return step_lib.RLBatch(
       input_ids=jnp.asarray(ids), positions=jnp.asarray(pos), attention_mask=jnp.asarray(attn),
       old_logp=jnp.where(mask, logp, 0.0), ref_logp=jnp.where(mask, logp - 0.1, 0.0),
@@ -57,7 +57,7 @@ def _rl_batch(model, ids, attn, adv):
 
 
 def loss_of(graphdef, rest, params, batch, recipe):
-  logp, _ = step_lib.completion_logprobs(graphdef, params, rest, batch.input_ids, batch.positions,
+  logp, _ = step_lib.split_logprobs(graphdef, params, rest, batch.input_ids, batch.positions,
                                          batch.attention_mask, completion_len=T)
   per_tok, _ = algorithms.policy_loss(recipe, logp, batch.old_logp, batch.advantages,
                                       batch.loss_mask, ref_logp=batch.ref_logp,
@@ -66,14 +66,14 @@ def loss_of(graphdef, rest, params, batch, recipe):
   return float(num / den)
 
 
-def test_completion_logprobs_match_model_logits(model):
+def test_split_logprobs_match_model_logits(model):
   batch = make_batch(model)
   graphdef, params, rest = step_lib.split_model(model)
   logits, _ = model(batch.input_ids, batch.positions, attention_mask=batch.attention_mask)
   full = jax.nn.log_softmax(logits / 0.7, axis=-1)
   want = jnp.take_along_axis(full[:, LP - 1:-1], batch.input_ids[:, LP:, None], axis=-1)[..., 0]
   for chunk in (3, 4, 128):
-    got, ent = step_lib.completion_logprobs(graphdef, params, rest, batch.input_ids,
+    got, ent = step_lib.split_logprobs(graphdef, params, rest, batch.input_ids,
                                             batch.positions, batch.attention_mask,
                                             completion_len=T, temperature=0.7, chunk=chunk)
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -210,7 +210,7 @@ def test_trimming_padding_columns_keeps_every_completion_logprob(model):
     ids = np.concatenate([r.prompt_ids, r.tokens], 1)
     attn = np.concatenate([r.prompt_mask, r.mask], 1)
     pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
-    out, _ = step_lib.completion_logprobs(graphdef, params, rest, ids, pos, attn,
+    out, _ = step_lib.split_logprobs(graphdef, params, rest, ids, pos, attn,
                                           completion_len=r.tokens.shape[1])
     return np.asarray(out)
 
@@ -272,8 +272,8 @@ def test_shared_prompt_logprobs_equal_unshared(model, num_prompts):
   batch = make_grouped_batch(model, [2, 0, 1, 0, 2, 2, 1, 0])
   graphdef, params, rest = step_lib.split_model(model)
   args = (graphdef, params, rest, batch.input_ids, batch.positions, batch.attention_mask)
-  want, want_ent = step_lib.completion_logprobs(*args, completion_len=T, chunk=4)
-  got, ent = jax.jit(lambda p: step_lib.completion_logprobs(
+  want, want_ent = step_lib.split_logprobs(*args, completion_len=T, chunk=4)
+  got, ent = jax.jit(lambda p: step_lib.split_logprobs(
       graphdef, p, rest, *args[3:], completion_len=T, chunk=4, num_prompts=num_prompts))(params)
   m = np.asarray(batch.loss_mask)
   assert m.sum() > 20
@@ -313,7 +313,7 @@ def test_shared_prompts_property_any_grouping_and_row_order(model, groups, seed)
   if not _SHARED_LOGP:
     for u in (0, 4):
       _SHARED_LOGP[u] = jax.jit(functools.partial(
-          step_lib.completion_logprobs, graphdef, completion_len=T, num_prompts=u))
+          step_lib.split_logprobs, graphdef, completion_len=T, num_prompts=u))
   args = (params, rest, batch.input_ids, batch.positions, batch.attention_mask)
   want, got = _SHARED_LOGP[0](*args)[0], _SHARED_LOGP[4](*args)[0]
   m = np.asarray(batch.loss_mask)

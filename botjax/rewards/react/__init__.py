@@ -20,7 +20,6 @@ from botjax.rewards.react.evaluate import (
 )
 from botjax.rewards.react.extract import ExtractedCode, extract_component, line_spans
 from botjax.rewards.react.judges import (
-    ChatClient,
     CodeJudge,
     CodeVerdict,
     JudgeConfig,
@@ -72,7 +71,7 @@ __all__ = [
     "compile_rate", "evaluate_compile_rate", "load_hf_prompts", "load_prompts",
     "load_prompts_jsonl", "pairwise_win_rate", "save_json",
     "split_prompts", "validate_prompts", "visible_rate", "win_rate",
-    "ALLOWED_MODULES", "ChatClient", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
+    "ALLOWED_MODULES", "CodeJudge", "CodeVerdict", "CompileResult", "Diagnostic",
     "ExtractedCode", "JudgeConfig", "LintMessage", "LintWeights", "NodePool", "PairwiseJudge",
     "ReactReward", "ReactRewardConfig", "ReactScore", "RenderResult", "Renderer",
     "ToolchainError", "VLMJudge", "VLMVerdict", "compile_line_penalties", "extract_component",

@@ -1,4 +1,5 @@
-"""LLM code judge, VLM screenshot judge and the pairwise VLM judge, over an OpenAI-compatible API.
+"""LLM code judge, VLM screenshot judge and the pairwise VLM judge, over a chat API
+(`botjax.rewards.llm`: an OpenAI-compatible server or Anthropic's Messages API).
 
 Reply formats (BoT-GRPO, arXiv 2610.09804, App. D; the prompts below are written for botjax):
 
@@ -16,17 +17,31 @@ Reply formats (BoT-GRPO, arXiv 2610.09804, App. D; the prompts below are written
 Parsing: scores are clipped to [0, 10] and divided by 10; a missing score gives 0 and no
 attributions; the code judge's −3 sentinel gives −0.3; malformed attribution entries are dropped;
 impacts are divided by 10.
+
+Prompts: each judge takes its prompts as text or from a file (pathlib.Path), e.g. the paper's
+App. D prompts, with the built-in prompts below as defaults. User prompts are str.format
+templates (`{{` / `}}` are literal braces) whose placeholders are checked when the judge is built:
+
+  CodeJudge(prompt=)                     {prompt}, {code} required
+  VLMJudge(prompt=)                      {prompt} required          (the screenshot call)
+  VLMJudge(one_turn_prompt=)             {prompt}, {code} required
+  VLMJudge(second_turn_prompt=)          {code} required; {prompt}, {score}, {justification}
+  PairwiseJudge(prompt=)                 {prompt} required
+
+{prompt} is the user's request, {code} the numbered code (`number_lines`), {score} and
+{justification} turn 1's. Every judge also takes a `system_prompt` (none by default), sent as it
+is. Replies must keep the formats above (SCORE / JUSTIFICATION / LINE_ANALYSIS, one letter).
 """
 from __future__ import annotations
 
-import base64
-import concurrent.futures
 import dataclasses
+import os
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
-from botjax.rewards.judges import OpenAIChat
+from botjax.rewards import llm
 
 NON_REACT_SENTINEL = -3
 NON_REACT_SCORE = -0.3
@@ -113,61 +128,90 @@ _ENTRY = re.compile(r"^\s*[-*]?\s*(\d+)\s*:.*\|\s*DESC\s*:.*\|\s*IMPACT\s*:\s*(-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
-  """An OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang, a local server).
+  """A judge's chat endpoint: an OpenAI-compatible server (OpenAI, vLLM, SGLang) or Anthropic's
+  Messages API.
 
   Attributes:
     model: the model name sent with each request.
-    base_url: the API root, e.g. "http://127.0.0.1:8000/v1"; None uses OpenAI's.
-    api_key: the key; None sends $OPENAI_API_KEY when set, else "EMPTY" (local servers ignore
-      it): `botjax.rewards.judges.resolve_api_key`.
-    temperature, max_tokens: sampling settings of the judge.
+    api: "openai" or "anthropic" (`botjax.rewards.llm.APIS`).
+    base_url: the API root: e.g. "http://127.0.0.1:8000/v1" for an OpenAI-compatible server,
+      "https://api.anthropic.com" for Anthropic; None uses the vendor's hosted API.
+    api_key: the key; None reads $OPENAI_API_KEY (else "EMPTY", which local servers ignore) or
+      $ANTHROPIC_API_KEY: `botjax.rewards.llm.resolve_api_key`.
+    temperature: None: 0.0 for OpenAI-compatible servers; the Anthropic API takes none.
+    max_tokens: the reply's token limit.
     timeout_s, max_retries: per request.
     concurrency: requests in flight at once.
   """
   model: str
+  api: str = "openai"
   base_url: str | None = None
   api_key: str | None = None
-  temperature: float = 0.0
+  temperature: float | None = None
   max_tokens: int = 1024
   timeout_s: float = 120.0
   max_retries: int = 2
   concurrency: int = 8
 
+  def client(self) -> llm.LLMClient:
+    """The `botjax.rewards.llm` client of this endpoint."""
+    return llm.make_client(self.api, self.model, base_url=self.base_url, api_key=self.api_key,
+                           temperature=self.temperature, max_tokens=self.max_tokens,
+                           timeout_s=self.timeout_s, max_retries=self.max_retries,
+                           concurrency=self.concurrency)
 
-class ChatClient:
-  """A judge's endpoint (`botjax.rewards.judges.OpenAIChat`, built from a JudgeConfig) plus a
-  pool of `concurrency` threads for `map`."""
 
-  def __init__(self, config: JudgeConfig):
-    if not config.model:
-      raise ValueError("JudgeConfig.model must name the judge model")
-    if config.concurrency < 1:
-      raise ValueError(f"JudgeConfig.concurrency must be >= 1, got {config.concurrency}")
-    self.config = config
-    self.endpoint = OpenAIChat(config.model, base_url=config.base_url, api_key=config.api_key,
-                               timeout_s=config.timeout_s, max_retries=config.max_retries,
-                               temperature=config.temperature, max_tokens=config.max_tokens)
-    self.endpoint.client  # noqa: B018 - a missing openai package fails here, not mid-training
-    self._pool = concurrent.futures.ThreadPoolExecutor(config.concurrency,
-                                                       thread_name_prefix="botjax-judge")
+def _client(config: JudgeConfig | llm.LLMClient) -> llm.LLMClient:
+  if isinstance(config, llm.LLMClient):
+    return config
+  if not isinstance(config, JudgeConfig):
+    raise TypeError(f"a judge needs a JudgeConfig or a botjax.rewards.llm.LLMClient, got "
+                    f"{type(config).__name__}")
+  return config.client()
 
-  def chat(self, messages: list[dict[str, Any]]) -> str:
-    """The text of the first choice of one chat completion."""
-    return self.endpoint.chat(messages)
 
-  def map(self, fn, items: Sequence[Any]) -> list[Any]:
-    """fn over items, `concurrency` at a time, in order."""
-    return list(self._pool.map(fn, items))
+class _Judge:
+  """What the three judges share: the client, an optional system prompt and the counters."""
+
+  def __init__(self, config: JudgeConfig | llm.LLMClient, system_prompt, what: str):
+    self.client = _client(config)
+    self.system_prompt = None if system_prompt is None else llm.load_prompt(
+        system_prompt, what=f"the {what}'s system prompt", template=False)
+    self._lock = threading.Lock()
+    self._calls = self._failures = 0
+
+  def _messages(self, content) -> list[dict[str, Any]]:
+    system = [] if self.system_prompt is None else [{"role": "system",
+                                                     "content": self.system_prompt}]
+    return system + [{"role": "user", "content": content}]
+
+  def _count(self, failed: bool) -> None:
+    with self._lock:
+      self._calls += 1
+      self._failures += int(failed)
+
+  def metrics(self) -> dict[str, int]:
+    """Cumulative counters: judge_calls (items judged: components, screenshots, pairwise rounds)
+    and judge_failures (those whose request failed or whose reply could not be read)."""
+    with self._lock:
+      return {"judge_calls": self._calls, "judge_failures": self._failures}
 
   def close(self) -> None:
-    self._pool.shutdown(wait=True)
-    self.endpoint.close()
+    self.client.close()
+
+  def __getstate__(self):
+    state = self.__dict__.copy()
+    state["_lock"] = None
+    return state
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._lock = threading.Lock()
 
 
 def image_part(png: bytes) -> dict[str, Any]:
-  """An OpenAI `image_url` content part holding a PNG as a data URL."""
-  return {"type": "image_url",
-          "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode("ascii")}}
+  """A PNG screenshot as a neutral image part (`botjax.rewards.llm.image_part`)."""
+  return llm.image_part(png, "image/png")
 
 
 def number_lines(code: str) -> str:
@@ -267,20 +311,28 @@ def parse_vlm_verdict(text: str, num_lines: int = 0) -> VLMVerdict:
                     lines=lines or (), raw_score=raw, text=text)
 
 
-class CodeJudge:
+class CodeJudge(_Judge):
   """LLM code judge: score 0–10 → /10 and up to three harmful lines (impact −1/−2/−3 → /10).
+
+  Args:
+    config: the endpoint (a JudgeConfig, or a ready `botjax.rewards.llm.LLMClient`).
+    prompt: the user template, as text or a file (pathlib.Path): {prompt} and {code} required.
+    system_prompt: an optional system prompt, as text or a file; sent as it is.
 
   References:
     BoT-GRPO (Yang et al.), §4 and App. D (no arXiv id found).
   """
 
-  def __init__(self, config: JudgeConfig | ChatClient, *, prompt: str = CODE_JUDGE_PROMPT):
-    self.client = config if isinstance(config, ChatClient) else ChatClient(config)
-    self.prompt = prompt
+  def __init__(self, config: JudgeConfig | llm.LLMClient, *,
+               prompt: str | os.PathLike = CODE_JUDGE_PROMPT,
+               system_prompt: str | os.PathLike | None = None):
+    super().__init__(config, system_prompt, "code judge")
+    self.prompt = llm.load_prompt(prompt, what="the code judge's prompt",
+                                  required=("prompt", "code"))
 
   def messages(self, prompt: str, code: str) -> list[dict[str, Any]]:
-    return [{"role": "user",
-             "content": self.prompt.format(prompt=prompt, code=number_lines(code))}]
+    """The chat messages (neutral form) of one component."""
+    return self._messages(self.prompt.format(prompt=prompt, code=number_lines(code)))
 
   def judge_one(self, prompt: str, code: str) -> CodeVerdict:
     """Judges one component; an API error gives score 0 and the error text."""
@@ -288,8 +340,11 @@ class CodeJudge:
     try:
       text = self.client.chat(self.messages(prompt, code))
     except Exception as e:  # noqa: BLE001 - a dead judge must not stop training
-      return CodeVerdict(score=0.0, error=f"code judge request failed: {e}"[:500])
-    return parse_code_verdict(text, num_lines)
+      verdict = CodeVerdict(score=0.0, error=f"code judge request failed: {e}"[:500])
+    else:
+      verdict = parse_code_verdict(text, num_lines)
+    self._count(verdict.error is not None)
+    return verdict
 
   def judge(self, prompts: Sequence[str], codes: Sequence[str]) -> list[CodeVerdict]:
     """Judges a batch concurrently."""
@@ -299,39 +354,63 @@ class CodeJudge:
 VLM_MODES = ("screenshot", "one_turn", "two_turn")
 
 
-class VLMJudge:
+class VLMJudge(_Judge):
   """VLM screenshot judge: prompt + screenshot (never the code) → 0–10 → /10.
 
   `mode="one_turn"` and `"two_turn"` add line attributions for the optional local VLM line
   signal; "two_turn" keeps turn 1's screenshot-only score (the paper's debiasing variant), and a
   failed turn 2 leaves that score unchanged with no attributions.
+
+  Args:
+    config: the endpoint (a JudgeConfig, or a ready `botjax.rewards.llm.LLMClient`).
+    mode: one of VLM_MODES.
+    prompt: the screenshot call's template ({prompt} required), as text or a file.
+    one_turn_prompt: "one_turn"'s template ({prompt} and {code} required).
+    second_turn_prompt: "two_turn"'s second template ({code} required; {prompt}, {score},
+      {justification} optional).
+    system_prompt: an optional system prompt, as text or a file; sent as it is.
   """
 
-  def __init__(self, config: JudgeConfig | ChatClient, *, mode: str = "screenshot"):
+  def __init__(self, config: JudgeConfig | llm.LLMClient, *, mode: str = "screenshot",
+               prompt: str | os.PathLike = VLM_JUDGE_PROMPT,
+               one_turn_prompt: str | os.PathLike = VLM_ONE_TURN_PROMPT,
+               second_turn_prompt: str | os.PathLike = VLM_SECOND_TURN_PROMPT,
+               system_prompt: str | os.PathLike | None = None):
     if mode not in VLM_MODES:
       raise ValueError(f"VLMJudge mode must be one of {VLM_MODES}, got {mode!r}")
-    self.client = config if isinstance(config, ChatClient) else ChatClient(config)
+    super().__init__(config, system_prompt, "VLM judge")
     self.mode = mode
+    self.prompt = llm.load_prompt(prompt, what="the VLM judge's prompt", required=("prompt",))
+    self.one_turn_prompt = llm.load_prompt(
+        one_turn_prompt, what="the VLM judge's one_turn prompt", required=("prompt", "code"))
+    self.second_turn_prompt = llm.load_prompt(
+        second_turn_prompt, what="the VLM judge's second-turn prompt", required=("code",),
+        optional=("prompt", "score", "justification"))
 
   def _call(self, text: str, png: bytes) -> str:
-    return self.client.chat([{"role": "user",
-                              "content": [{"type": "text", "text": text}, image_part(png)]}])
+    return self.client.chat(self._messages([llm.text_part(text), image_part(png)]))
 
   def judge_one(self, prompt: str, png: bytes, code: str | None = None) -> VLMVerdict:
     """Judges one screenshot; `code` is used only by the line variants."""
+    verdict = self._judge_one(prompt, png, code)
+    self._count(verdict.raw_score is None)
+    return verdict
+
+  def _judge_one(self, prompt, png, code):
     num_lines = len(code.split("\n")) if code else 0
     try:
       if self.mode == "one_turn" and code:
-        text = self._call(VLM_ONE_TURN_PROMPT.format(prompt=prompt, code=number_lines(code)), png)
+        text = self._call(self.one_turn_prompt.format(prompt=prompt, code=number_lines(code)),
+                          png)
         return parse_vlm_verdict(text, num_lines)
-      text = self._call(VLM_JUDGE_PROMPT.format(prompt=prompt), png)
+      text = self._call(self.prompt.format(prompt=prompt), png)
     except Exception as e:  # noqa: BLE001 - a dead judge must not stop training
       return VLMVerdict(score=0.0, error=f"VLM judge request failed: {e}"[:500])
     first = parse_vlm_verdict(text)
     if self.mode != "two_turn" or not code or first.raw_score is None:
       return first
     try:
-      second = self._call(VLM_SECOND_TURN_PROMPT.format(
+      second = self._call(self.second_turn_prompt.format(
           prompt=prompt, code=number_lines(code), score=first.raw_score,
           justification=first.justification or "(none given)"), png)
     except Exception as e:  # noqa: BLE001 - turn 2 failing keeps turn 1's score
@@ -356,26 +435,36 @@ def parse_letter(text: str) -> str | None:
   return m.group(1).upper() if m else None
 
 
-class PairwiseJudge:
+class PairwiseJudge(_Judge):
   """Pairwise VLM judge for evaluation: which of two screenshots better fulfils the prompt.
 
   Four rounds in the order AB, BA, BA, AB (first image labelled A in the prompt); each round's
   letter is mapped back to the checkpoint it names.
+
+  Args:
+    config: the endpoint (a JudgeConfig, or a ready `botjax.rewards.llm.LLMClient`).
+    prompt: the template ({prompt} required), as text or a file.
+    system_prompt: an optional system prompt, as text or a file; sent as it is.
   """
 
-  def __init__(self, config: JudgeConfig | ChatClient, *, prompt: str = PAIRWISE_PROMPT):
-    self.client = config if isinstance(config, ChatClient) else ChatClient(config)
-    self.prompt = prompt
+  def __init__(self, config: JudgeConfig | llm.LLMClient, *,
+               prompt: str | os.PathLike = PAIRWISE_PROMPT,
+               system_prompt: str | os.PathLike | None = None):
+    super().__init__(config, system_prompt, "pairwise judge")
+    self.prompt = llm.load_prompt(prompt, what="the pairwise judge's prompt",
+                                  required=("prompt",))
 
   def round(self, prompt: str, first: bytes, second: bytes) -> str | None:
     """One comparison: 'A' when the first image wins, 'B' for the second, None if unparseable."""
-    content = [{"type": "text", "text": self.prompt.format(prompt=prompt)},
-               {"type": "text", "text": "App A:"}, image_part(first),
-               {"type": "text", "text": "App B:"}, image_part(second)]
+    content = [llm.text_part(self.prompt.format(prompt=prompt)),
+               llm.text_part("App A:"), image_part(first),
+               llm.text_part("App B:"), image_part(second)]
     try:
-      return parse_letter(self.client.chat([{"role": "user", "content": content}]))
+      letter = parse_letter(self.client.chat(self._messages(content)))
     except Exception:  # noqa: BLE001 - an unanswered round votes for nobody
-      return None
+      letter = None
+    self._count(letter is None)
+    return letter
 
   def compare(self, prompt: str, png_a: bytes | None, png_b: bytes | None) -> list[float | None]:
     """Four ABBA verdicts for checkpoint A: 1.0 (A wins the round), 0.0 (B wins), None (no answer).

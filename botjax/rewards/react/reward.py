@@ -70,6 +70,7 @@ class ReactRewardConfig:
     render_concurrency, render_timeout_s, js_heap_mb, render_memory_mb, settle_ms,
       max_console_messages, fail_on_network, chromium: the renderer (see `Renderer`).
   """
+  # −1 and the weights of 1: botjax's choices, the paper gives no values (docs/defaults.md)
   failure_penalty: float = -1.0
   lint_weight: float = 1.0
   lint_floor: float | None = None

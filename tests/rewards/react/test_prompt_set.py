@@ -7,19 +7,16 @@ The default suite checks every reference solution (four per category) and one st
 set (and `tsc --strict` on the references) is a slow test.
 """
 import collections
-import importlib.util
 import json
-import os
 import re
-import sys
 
 import pytest
 
 from botjax.rewards.react import prompts as pr
 from botjax.rewards.react import render as R
 from botjax.rewards.react import toolchain as tc
+from _util import load_experiment
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PROMPTS = pr.builtin_prompts()
 BY_ID = {p.id: p for p in PROMPTS}
 REFERENCES = pr.reference_solutions()
@@ -82,16 +79,8 @@ def test_reference_solutions():
 
 
 def _react_script():
-  """experiments/react.py as a module (as tests/train/test_reward_contract.py loads it)."""
-  name = "botjax_experiments_react"
-  if name not in sys.modules:
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
-                                                                      "react.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-  return sys.modules[name]
+  """experiments/react.py as a module."""
+  return load_experiment("react")
 
 
 def test_every_prompt_fits_the_tiny_runs_prompt_budget(tmp_path):

@@ -1,0 +1,23 @@
+"""experiments/_cli.py's builders that take values: the end-of-turn stop ids of a chat template."""
+
+import os
+import sys
+
+from tokenizers import Tokenizer, models as tok_models
+from transformers import PreTrainedTokenizerFast
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+
+import _cli  # noqa: E402  experiments/_cli.py
+from botjax import data  # noqa: E402
+
+
+def test_turn_end_ids_stop_at_chatml_turn_ends_only_when_the_tokenizer_has_them(tmp_path):
+  # the Qwen2-style tiny tokenizer: ChatML turns, <|im_end|> a special token of its own
+  tok = data.build_tokenizer(tmp_path / "tok", ["1 + 2 = 3"] * 8, vocab_size=300)
+  [im_end] = _cli.turn_end_ids(tok)
+  assert tok.convert_ids_to_tokens(im_end) == "<|im_end|>"
+  plain = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(tok_models.WordLevel(
+      {"<unk>": 0, "<eos>": 1, "a": 2}, unk_token="<unk>")), eos_token="<eos>")
+  assert _cli.turn_end_ids(plain) == ()
