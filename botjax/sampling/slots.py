@@ -131,6 +131,13 @@ class SlotStats:
     return self.useful_tokens / max(1, self.computed_token_steps)
 
 
+def _committed(tree):
+  """The arrays of `tree` committed to where they are: a pool kept from an earlier call is a
+  program's (committed) output, and a fresh one must be too, or the first refill of a later
+  call compiles the refill again for the other kind of argument."""
+  return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+
+
 class _Lane:
   """One group of slots with its own pool, block allocator and device state."""
 
@@ -146,8 +153,9 @@ class _Lane:
     cfg = self.engine.model_config
     if (self.cache is None or self.cache.num_blocks != num_blocks
         or self.cache.layout != layout or self.cache.k.dtype != dtype):
-      self.cache = PagedKVCache.init(cfg, num_blocks=num_blocks, block_size=block_size,
-                                     dtype=dtype, layout=layout)
+      self.cache = _committed(PagedKVCache.init(cfg, num_blocks=num_blocks,
+                                                block_size=block_size, dtype=dtype,
+                                                layout=layout))
     self.allocator = BlockAllocator(num_blocks)
 
   def run(self, call: "_Call") -> SlotStats:
@@ -319,7 +327,7 @@ class _Call:
       self.finished.append(req)
 
   def init_state(self, s_num: int) -> dict:
-    return {
+    return _committed({
         "tok": jnp.zeros((s_num,), jnp.int32),
         "pos": jnp.zeros((s_num,), jnp.int32),
         "gen": jnp.zeros((s_num,), jnp.int32),
@@ -329,7 +337,7 @@ class _Call:
         "rkey": jax.random.key_data(jax.random.split(jax.random.key(0), s_num)),
         "stops": jnp.full((s_num, self.stop_width), -1, jnp.int32),
         "store": None,
-    }
+    })
 
 
 class SlotEngine:
@@ -551,8 +559,8 @@ class SlotEngine:
       cfg = self.model_config
       dense = KVCache.init(cfg, batch_size=1, max_len=pblocks.shape[1] * cache.block_size,
                            dtype=self.cache_dtype, layout=cache.layout)
-      state = dict(state, store=(dense.k[:, 0], dense.v[:, 0],
-                                 jnp.zeros((cfg.vocab_size,), jnp.float32)))
+      state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
+                                            jnp.zeros((cfg.vocab_size,), jnp.float32))))
     return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rid, budget,
                      stops, pblocks, plens, store_src, key, new_prompts=u)
 

@@ -125,6 +125,25 @@ def test_per_row_budgets_and_a_bounded_number_of_programs(model):
   assert seen[-1] == seen[-2] or seen[-1] < bound
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_repeated_call_compiles_nothing(model, lanes):
+  """The second call of the same work runs on the first call's programs: with placed parameters,
+  the pool kept from the first call and each call's fresh state are alike committed, so no refill
+  is compiled again (it was, once, before they were)."""
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(64,), prompt_len_buckets=(8,))
+  engine = SlotEngine(model, CFG, sc, num_slots=8, lanes=lanes, chunk_steps=4, block_size=8)
+  engine.set_params(jax.device_put(nnx.state(model), jax.devices()[0]))   # placed, as a trainer's
+  rng = np.random.default_rng(0)
+  prompts = rng.integers(3, 64, size=(4, 8)).tolist()
+  budgets = rng.integers(2, 41, size=16).tolist()
+  seen = []
+  for call in range(3):
+    out = engine.generate(prompts, jax.random.key(call), n=4, max_new_tokens=budgets)
+    np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
+    seen.append(engine.num_compiled())
+  assert seen[0] == seen[1] == seen[2], seen
+
+
 def test_engine_registry_and_errors(model):
   engine = make_engine("slots", model, SC, num_slots=4, lanes=1)
   assert isinstance(engine, SlotEngine) and isinstance(engine, RolloutEngine)
