@@ -313,24 +313,26 @@ def run(args, sides: list[str]) -> dict:
 
   fns = {"static": static, "engine": engine, "vllm": vllm, "hf": hf_side}
   results: dict = {w["name"]: {s: {"times": []} for s in sides} for w in work}
-  for r in range(args.rounds + 1):
-    for w in work:
-      for side in sides:
-        if side == "hf" and not 1 <= r <= args.hf_rounds:
-          continue                                   # no compile step: timed rounds only
-        res = fns[side](w, jax.random.key(1000 * r + 1))
-        entry = results[w["name"]][side]
-        if r == 0 and side != "hf":
-          entry["first"] = res["seconds"]
-        else:
-          entry["times"].append(res["seconds"])
-        entry.update({k: v for k, v in res.items() if k != "seconds"})
-        programs = f" ({res['programs']} programs)" if "programs" in res else ""
-        print(f"  round {r} {w['name']:>22s} {side:>6s}: {res['seconds']:8.2f} s{programs}",
-              flush=True)
-  if vllm_side is not None:
-    vllm_side.close()
-  tmp.cleanup()
+  try:
+    for r in range(args.rounds + 1):
+      for w in work:
+        for side in sides:
+          if side == "hf" and not 1 <= r <= args.hf_rounds:
+            continue                                   # no compile step: timed rounds only
+          res = fns[side](w, jax.random.key(1000 * r + 1))
+          entry = results[w["name"]][side]
+          if r == 0 and side != "hf":
+            entry["first"] = res["seconds"]
+          else:
+            entry["times"].append(res["seconds"])
+          entry.update({k: v for k, v in res.items() if k != "seconds"})
+          programs = f" ({res['programs']} programs)" if "programs" in res else ""
+          print(f"  round {r} {w['name']:>22s} {side:>6s}: {res['seconds']:8.2f} s{programs}",
+                flush=True)
+  finally:                                             # the vLLM worker ends with this run
+    if vllm_side is not None:
+      vllm_side.close()
+    tmp.cleanup()
 
   print()
   header = (f"{'workload':24s} {'side':>7s} {'useful tok/s':>22s} {'vs static':>10s} "
