@@ -140,8 +140,9 @@ def define_run_flags(name: str, *, workdir: str, eval_n: int, eval_help: str,
   flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's Hub repo, "
                       "from the HF cache or downloaded into it; --offline: cache only).")
   flags.DEFINE_string("engine", "jax", "Rollout engine: a name of botjax.sampling.ENGINES (jax: "
-                      "the KV-cache sampler; vllm: a vLLM engine in this process, see "
-                      "docs/scaling.md), TrainConfig.rollout.engine.")
+                      "the lockstep KV-cache sampler; slots: continuous batching over a paged KV "
+                      "pool, faster when completion lengths spread; vllm: a vLLM engine in this "
+                      "process; docs/scaling.md), TrainConfig.rollout.engine.")
   flags.DEFINE_integer("steps", 200, "RL steps.")
   flags.DEFINE_string("workdir", workdir, f"Output dir of the {name} run: checkpoints/, "
                       "metrics.jsonl, eval.json, config.json.")
@@ -244,6 +245,10 @@ def print_settings(name: str, FLAGS, flag_names, cfg, out=print) -> None:
   out(f"[{name}] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
 
 
+# The slot engine's default number of slots (`botjax.sampling.SlotEngine(num_slots=)`).
+SLOT_ENGINE_SLOTS = 64
+
+
 def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None, *,
               compute_flops: bool = True) -> str:
   """The dry-run memory/FLOPs plan of one update of `cfg` (a TrainConfig) on `mesh`, and whether
@@ -258,7 +263,7 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
       model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
       completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,
       remat=bool(cfg.remat), micro_batch_size=cfg.micro_batch_size, device_memory=memory,
-      compute_flops=compute_flops)))
+      compute_flops=compute_flops, kv_slots=SLOT_ENGINE_SLOTS if r.engine == "slots" else 0)))
 
 
 def refuse_rerun(workdir: str, resume: bool) -> None:

@@ -48,7 +48,8 @@ flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each ro
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
 flags.DEFINE_string("engine", "jax", "Rollout engine of the runs and their evaluations: a name of "
-                    "botjax.sampling.ENGINES (jax: botjax's sampler; vllm: vLLM in this process, "
+                    "botjax.sampling.ENGINES (jax: botjax's sampler; slots: botjax's continuous-"
+                    "batching engine; vllm: vLLM in this process, "
                     "from scripts/setup_vllm.sh's environment; docs/scaling.md).")
 flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 3e-5,5e-5,1e-4,2e-4: every recipe runs "
                   "each on seed 0 (the selection seed), and its best (mean of its last five "

@@ -19,6 +19,10 @@ objects, so that another kind of cache is another implementation of the same thr
     placed at their slots, [B, L, S];
   - `state`: the arrays to carry on (after `write`).
 
+A view may instead compute the attention itself, with a method `attend(q, k, v) -> (output,
+state)` that `botjax.models.layers.Attention` calls in place of the attention implementation:
+the slot engine's paged pool (`botjax.sampling.paged`), whose blocks only it knows how to read.
+
 Layouts are strings of the letters B (rows), S (slots), K (kv heads), H (head dim) in axis
 order; each attention implementation reads the layout it declares
 (`botjax.models.attention.ATTENTION_FNS`).

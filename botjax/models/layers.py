@@ -227,7 +227,9 @@ class Attention(nnx.Module):
       cos, sin: [B, L, R/2], or None for a NoPE layer.
       allowed: bool [B, L, L], which new tokens each query may see; with a prefix
         [B, L, P + L], the prefix columns first.
-      cached: this layer's view of a cache (`botjax.models.cache.CachedLayer`), or None.
+      cached: this layer's view of a cache (`botjax.models.cache.CachedLayer`), or None. A
+        view with an `attend(q, k, v) -> (out [B, L, N·H], state)` method computes the
+        attention itself (`botjax.sampling.paged.PagedLayer`).
       prefix: (k, v) of P earlier tokens of each row (RoPE applied), each [B, P, K, H] or
         [B, K, P, H] by the kv layout, or None.
       implementation: a key of `ATTENTION_FNS` (resolved, see
@@ -244,8 +246,12 @@ class Attention(nnx.Module):
     if cos is not None:
       q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     b, l, n, h = q.shape
-    out, new_kv = ATTENTION_FNS[implementation].attend(q, k, v, allowed, cached, prefix,
-                                                       causal=causal)
+    if cached is not None and hasattr(cached, "attend"):
+      # a cache that computes the attention itself (the paged pool of the slot engine)
+      out, new_kv = cached.attend(q, k, v)
+    else:
+      out, new_kv = ATTENTION_FNS[implementation].attend(q, k, v, allowed, cached, prefix,
+                                                         causal=causal)
     o_kernel = self.o_kernel[...].astype(self.dtype)
     y = dense(out, o_kernel.reshape(n * h, -1))
     if self.has_o_bias:

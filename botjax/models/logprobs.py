@@ -17,11 +17,23 @@ import jax.numpy as jnp
 
 def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array],
                          targets: jax.Array, mask: jax.Array | None = None, *,
-                         temperature: float = 1.0, chunk_size: int = 128
-                         ) -> tuple[jax.Array, jax.Array]:
+                         temperature: float = 1.0, chunk_size: int = 128,
+                         support: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """log π(y_l | ·) and H(π) of tempered logits, chunked over L.
 
   z = unembed(h_l) / τ,  log π(y_l) = z[y_l] − logsumexp(z),  H = −Σ_v π_v log π_v.
+
+  With `support` (the sampler's top-k / top-p cut, `SampleOutput.support_logp`), π is the
+  tempered softmax cut to the kept tokens and renormalised, the distribution the token was
+  drawn from:
+
+    S_l = {v : z_v − logsumexp(z) ≥ support_l} ∪ {y_l},
+    log π(y_l) = z[y_l] − logsumexp_{v ∈ S_l} z_v,   H = −Σ_{v ∈ S_l} π_v log π_v.
+
+  At the sampling parameters S_l is the sampler's kept set (its threshold lies halfway between
+  the kept and the removed logits), so these log-probs equal the sampler's; under other
+  parameters the same threshold on the log-probabilities defines the support. y_l is always
+  in it, so the log-prob stays finite when an update pushes the sampled token below the cut.
 
   Each chunk of C positions computes its [B, C, V] logits under `jax.checkpoint`, so neither the
   forward pass nor the gradient ever holds more than one chunk of logits.
@@ -33,6 +45,8 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
     mask: bool [B, L] or None; outputs are 0 where False.
     temperature: τ > 0 (the sampler and trainer score under softmax(logits / τ)).
     chunk_size: C, positions per chunk (L is padded up to a multiple of C).
+    support: float32 [B, L] thresholds on the tempered log-probabilities (−inf: no cut), or
+      None for the untruncated softmax.
 
   Returns:
     (logp, entropy): float32 [B, L] each.
@@ -57,11 +71,18 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
   inv_t = 1.0 / temperature
 
   @jax.checkpoint
-  def chunk(h_c, y_c):
+  def chunk(h_c, y_c, *sup):
     z = unembed(h_c).astype(jnp.float32) * inv_t                   # [B, C, V]
     lse = jax.nn.logsumexp(z, axis=-1)                             # [B, C]
     picked = jnp.take_along_axis(z, y_c[..., None], axis=-1)[..., 0]
     logp_all = z - lse[..., None]
+    if sup:
+      vocab = jnp.arange(z.shape[-1], dtype=jnp.int32).reshape((1,) * y_c.ndim + (-1,))
+      kept = (logp_all >= sup[0][..., None]) | (vocab == y_c[..., None])
+      lse_kept = jax.nn.logsumexp(jnp.where(kept, z, -jnp.inf), axis=-1)
+      logq = jnp.where(kept, z - lse_kept[..., None], 0.0)
+      ent = -jnp.sum(jnp.where(kept, jnp.exp(logq), 0.0) * logq, axis=-1)
+      return picked - lse_kept, ent
     # −Σ π log π: a sum of non-negative terms (lse − Σ π z would cancel two large ones in f32)
     ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     return picked - lse, ent
@@ -69,7 +90,13 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
   def body(carry, xs):
     return carry, chunk(*xs)
 
-  _, (logp, ent) = jax.lax.scan(body, None, (h, y))
+  xs = (h, y)
+  if support is not None:
+    if support.shape != (b, l):
+      raise ValueError(f"support must be [B, L] = {(b, l)}, got {support.shape}")
+    sup = jnp.pad(support.astype(jnp.float32), ((0, 0), (0, pad)), constant_values=-jnp.inf)
+    xs = (h, y, sup.reshape(b, n, c).transpose(1, 0, 2))
+  _, (logp, ent) = jax.lax.scan(body, None, xs)
   logp = logp.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
   ent = ent.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
   if mask is not None:
@@ -79,8 +106,8 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
 
 
 def token_logprobs(model, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
-                   targets: jax.Array, *, temperature: float = 1.0, chunk_size: int = 128
-                   ) -> tuple[jax.Array, jax.Array]:
+                   targets: jax.Array, *, temperature: float = 1.0, chunk_size: int = 128,
+                   support: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Log-probabilities of `targets` under a decoder, and the entropy, chunked over L.
 
   logp[b, l] = log_softmax(logits[b, l] / τ)[targets[b, l]], with logits the model's output at
@@ -94,13 +121,15 @@ def token_logprobs(model, input_ids: jax.Array, positions: jax.Array, mask: jax.
     targets: int32 [B, L] tokens to score at each position.
     temperature: τ > 0.
     chunk_size: positions per chunk of logits.
+    support: optional float32 [B, L] top-k / top-p support thresholds of the targets (see
+      `logprobs_from_hidden`).
 
   Returns:
     (logp, entropy): float32 [B, L] each.
   """
   hidden, _ = model(input_ids, positions, attention_mask=mask, return_hidden=True)
   return logprobs_from_hidden(hidden, model.unembed, targets, mask, temperature=temperature,
-                              chunk_size=chunk_size)
+                              chunk_size=chunk_size, support=support)
 
 
 def group_prompts(prompt_ids: jax.Array, prompt_positions: jax.Array, prompt_mask: jax.Array,
@@ -133,8 +162,8 @@ def group_prompts(prompt_ids: jax.Array, prompt_positions: jax.Array, prompt_mas
 
 def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
                         attention_mask: jax.Array, *, completion_len: int,
-                        temperature: float = 1.0, chunk_size: int = 128, num_prompts: int = 0
-                        ) -> tuple[jax.Array, jax.Array]:
+                        temperature: float = 1.0, chunk_size: int = 128, num_prompts: int = 0,
+                        support: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Log-probs and entropies of the last T tokens of each row (prompt + completion rows).
 
   Column c ≥ P = L − T of `input_ids` is scored from the hidden state at column c − 1 (the
@@ -159,6 +188,9 @@ def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
     chunk_size: completion positions per chunk of logits.
     num_prompts: U (static), at least the number of distinct prompts among the B rows, or
       0 to run every row's prompt (no sharing).
+    support: optional float32 [B, T] top-k / top-p support thresholds of the completion
+      tokens (`SampleOutput.support_logp`): log-probs under the truncated distribution the
+      tokens were drawn from (see `logprobs_from_hidden`); None: the untruncated softmax.
 
   Returns:
     (logp, entropy): float32 [B, T] each, also at padded completion columns (finite but
@@ -182,4 +214,4 @@ def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
     hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
     h = hidden[:, P - 1:L - 1]                                    # [B, T, D]
   return logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
-                              chunk_size=chunk_size)
+                              chunk_size=chunk_size, support=support)

@@ -75,6 +75,7 @@ class DryRunPlan:
   optimizer_bytes: int       # per device (`optimizer_states` copies of the parameters)
   activation_bytes: int      # per device, what the backward pass of the layers keeps
   kv_cache_bytes: int        # per device, for sampling `batch_size` rows of `seq_len` slots
+                             # (or, with `kv_slots`, the slot engine's pool)
   step_flops: float | None   # whole step (all devices), from the compiled cost analysis
   logprob_bytes: int = 0     # per device: one chunk's logits (kept, recomputed, backward) and
                              # the chunk loop's gradient of the unembedding matrix
@@ -82,6 +83,8 @@ class DryRunPlan:
   remat: bool = False
   device_memory: int | None = None     # bytes per device planned against (None: unknown)
   suggestions: tuple[str, ...] = ()    # settings that fit `device_memory` when this does not
+  kv_slots: int = 0          # the slot engine's slots the KV cache holds (0: the lockstep
+                             # sampler's `batch_size` rows)
 
   @property
   def num_devices(self) -> int:
@@ -115,7 +118,8 @@ class DryRunPlan:
         ("activations / device", _gib(self.activation_bytes)),
         ("log-probs / device", _gib(self.logprob_bytes)),
         ("train total / device", _gib(self.train_bytes)),
-        ("KV cache / device", _gib(self.kv_cache_bytes)),
+        ("KV cache / device" + (f" ({self.kv_slots} slots)" if self.kv_slots else ""),
+         _gib(self.kv_cache_bytes)),
         ("FLOPs / train step", "n/a" if self.step_flops is None
          else f"{self.step_flops:.3e} ({self.step_flops / self.num_devices:.3e} / device)"),
     ]
@@ -164,8 +168,8 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
          num_devices: int | None = None, param_dtype=jnp.float32, dtype=jnp.bfloat16,
          optimizer_states: int = 2, logprob_chunk: int = 128, remat: bool = False,
          micro_batch_size: int = 0, completion_len: int | None = None,
-         device_memory: int | None = None, rules=RULES, compute_flops: bool = True
-         ) -> DryRunPlan:
+         device_memory: int | None = None, rules=RULES, compute_flops: bool = True,
+         kv_slots: int = 0) -> DryRunPlan:
   """Memory and FLOPs of one training step of `model` on a (possibly absent) mesh.
 
   Per device, with b = rows of one micro-batch on the device, L = seq_len, D width, N / K
@@ -205,6 +209,10 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
       micro-batch sizes, remat and meshes that do.
     rules: logical-axis rules.
     compute_flops: compile the step abstractly for its FLOPs (seconds for a 3B model).
+    kv_slots: sampling with the slot engine (`botjax.sampling.SlotEngine`): its number of
+      slots, whose pool of `seq_len` slots each every device holds whole (the pool is not
+      sharded); 0: the lockstep sampler's cache of `batch_size` rows, sharded over the
+      batch axes.
 
   Returns:
     A `DryRunPlan`.
@@ -226,20 +234,20 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
   mem = _memory(cfg, axis_sizes, batch_size=batch_size, seq_len=seq_len, micro=micro,
                 param_dtype=param_dtype, dtype=dtype, optimizer_states=optimizer_states,
                 logprob_chunk=logprob_chunk, remat=remat, completion_len=completion_len,
-                rules=rules)
+                rules=rules, kv_slots=kv_slots)
   suggestions: tuple[str, ...] = ()
   if device_memory is not None and not _fits(mem, device_memory):
     suggestions = _suggest(cfg, axis_sizes, device_memory, batch_size=batch_size,
                            seq_len=seq_len, remat=remat, param_dtype=param_dtype, dtype=dtype,
                            optimizer_states=optimizer_states, logprob_chunk=logprob_chunk,
-                           completion_len=completion_len, rules=rules)
+                           completion_len=completion_len, rules=rules, kv_slots=kv_slots)
   flops = None
   if compute_flops:
     flops = _stack_flops(cfg, batch_size, seq_len, dtype=dtype, param_dtype=param_dtype)
   return DryRunPlan(
       model=name, mesh=axis_sizes, batch_size=batch_size, seq_len=seq_len, step_flops=flops,
       micro_batch_size=micro_batch_size, remat=remat, device_memory=device_memory,
-      suggestions=suggestions, **mem)
+      suggestions=suggestions, kv_slots=kv_slots, **mem)
 
 
 def _attached_memory() -> int | None:
@@ -251,7 +259,8 @@ def _attached_memory() -> int | None:
 
 def _memory(cfg: DecoderConfig, axis_sizes: dict[str, int], *, batch_size: int, seq_len: int,
             micro: int, param_dtype, dtype, optimizer_states: int, logprob_chunk: int,
-            remat: bool, completion_len: int | None, rules) -> dict[str, int]:
+            remat: bool, completion_len: int | None, rules, kv_slots: int = 0
+            ) -> dict[str, int]:
   """The per-device byte counts of `plan` (see its docstring for the model)."""
   amesh = jax.sharding.AbstractMesh(tuple(axis_sizes[a] for a in MESH_AXES), MESH_AXES)
   params = _param_shapes(cfg)
@@ -278,7 +287,7 @@ def _memory(cfg: DecoderConfig, axis_sizes: dict[str, int], *, batch_size: int, 
   unembed = _local_bytes((cfg.vocab_size, d), ("vocab", "embed"), amesh, jnp.float32, rules)
   logprob = 3 * b * c * v_t * 4 + unembed
   grad_bytes = param_bytes * (2 if micro < batch_size else 1)
-  kv_rows = -(-batch_size // shards)
+  kv_rows = kv_slots if kv_slots else -(-batch_size // shards)
   kv_cache_bytes = 2 * cfg.num_layers * kv_rows * seq_len * k_t * h * s
   return dict(num_params=num_params, param_bytes=param_bytes, grad_bytes=grad_bytes,
               optimizer_bytes=optimizer_states * param_bytes, activation_bytes=activations,

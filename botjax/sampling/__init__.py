@@ -6,8 +6,9 @@
   texts = generate_text(sampler, tokenizer, ["What is 3 + 4?"], key, n=8)  # strings + offsets
   logp, _ = sample_logprobs(model, out, temperature=sampler.config.logp_temperature)  # [B, T]
 
-Every engine (`Sampler` is botjax's lockstep one) implements `RolloutEngine`; `make_engine(name,
-model, sampling_config)` builds one by its registered name (`ENGINES`).
+Every engine implements `RolloutEngine` (botjax's: the lockstep `Sampler`, registered as "jax",
+and the continuous-batching `SlotEngine`, "slots"); `make_engine(name, model, sampling_config)`
+builds one by its registered name (`ENGINES`).
 """
 
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
@@ -17,6 +18,7 @@ from botjax.sampling.logprobs import sample_logprobs
 from botjax.sampling.engine import ENGINES, RolloutEngine, make_engine, register_engine
 from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput, TeacherForcing
 from botjax.sampling.sampler import Sampler
+from botjax.sampling.slots import SlotEngine, SlotStats
 from botjax.sampling.text import (
     TextSamples,
     TokenOffsets,
@@ -28,8 +30,8 @@ from botjax.sampling.text import (
 
 __all__ = [
     "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP",
-    "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig", "TeacherForcing",
-    "TextSamples", "TokenOffsets", "bucket_size", "decode_completions", "decode_with_offsets",
-    "encode_prompts", "filter_logits", "generate_text", "left_pad", "positions_from_mask",
-    "sample_logits", "top_k_filter", "top_p_filter",
+    "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig", "SlotEngine", "SlotStats",
+    "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions",
+    "decode_with_offsets", "encode_prompts", "filter_logits", "generate_text", "left_pad",
+    "positions_from_mask", "sample_logits", "top_k_filter", "top_p_filter",
 ]

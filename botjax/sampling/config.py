@@ -33,10 +33,19 @@ class SamplingConfig:
     z = top_p(z, p)                    (keep the smallest top set whose probability is ≥ p)
     y ~ softmax(z)
 
-  The log-probability reported for the sampled token is `log_softmax(logits / τ)[y]`: tempered but
-  **not** truncated by top-k / top-p, which is what `botjax.models.token_logprobs(...,
-  temperature=τ)` computes in the trainer (see `logp_temperature`). Greedy decoding reports
-  `log_softmax(logits)[y]` (τ treated as 1).
+  The log-probability reported for the sampled token depends on `truncated_logp`:
+
+  * untruncated: `log_softmax(logits / τ)[y]`, tempered but not cut by top-k / top-p, which is
+    what `botjax.models.token_logprobs(..., temperature=τ)` computes in the trainer (see
+    `logp_temperature`). The token was drawn from the cut distribution, so with top-k / top-p
+    the PPO ratio's behaviour policy is then not the one that sampled.
+  * truncated: `log_softmax(top_p(top_k(logits / τ)))[y]`, the distribution the token was
+    drawn from, and each step's kept support is recorded (`SampleOutput.support_logp`); the
+    trainer's log-probs are taken under the same support
+    (`botjax.models.logprobs.logprobs_from_hidden(..., support=)`), so the sampler's and the
+    update's log-probs agree and the ratio is 1 at the sampling parameters.
+
+  Greedy decoding reports `log_softmax(logits)[y]` (τ treated as 1), untruncated.
 
   Attributes:
     max_new_tokens: default cap on generated tokens per row (a call may pass a smaller or larger
@@ -51,6 +60,8 @@ class SamplingConfig:
     gen_len_buckets: allowed padded generation lengths; () means powers of two ≥ `min_len_bucket`.
     batch_buckets: allowed padded numbers of prompts per call; () means powers of two.
     min_len_bucket: smallest power-of-two length bucket (used when a bucket tuple is empty).
+    truncated_logp: report log-probs under the top-k / top-p truncated distribution and record
+      its support (see above); None (default): on exactly when sampling with top-k or top-p.
   """
   max_new_tokens: int = 256
   temperature: float = 1.0
@@ -63,6 +74,7 @@ class SamplingConfig:
   gen_len_buckets: tuple[int, ...] = ()
   batch_buckets: tuple[int, ...] = ()
   min_len_bucket: int = 16
+  truncated_logp: bool | None = None
 
   def __post_init__(self):
     if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -85,6 +97,8 @@ class SamplingConfig:
       _check_buckets(name, getattr(self, name))
     if not isinstance(self.min_len_bucket, int) or self.min_len_bucket < 1:
       raise ValueError(f"min_len_bucket must be an int >= 1, got {self.min_len_bucket!r}")
+    if not (self.truncated_logp is None or isinstance(self.truncated_logp, bool)):
+      raise ValueError(f"truncated_logp must be None, True or False, got {self.truncated_logp!r}")
 
   @classmethod
   def for_model(cls, model, tokenizer=None, *, stop_token_ids=(), **fields) -> SamplingConfig:
@@ -128,6 +142,13 @@ class SamplingConfig:
     log-probabilities in the trainer.
     """
     return 1.0 if self.greedy else float(self.temperature)
+
+  @property
+  def logp_truncated(self) -> bool:
+    """Whether log-probs are taken under the truncated distribution (see `truncated_logp`):
+    sampling (τ > 0) with top-k or top-p, unless `truncated_logp=False`."""
+    cuts = not self.greedy and (self.top_k > 0 or self.top_p < 1.0)
+    return cuts and self.truncated_logp is not False
 
   @property
   def all_stop_ids(self) -> tuple[int, ...]:

@@ -4,7 +4,8 @@ The trainer, the evaluations and a user's own loop call rollouts through this in
 which engine generates them is a name in a registry (`ENGINES`), chosen by a config field
 (`RolloutConfig.engine`) or an experiment flag (`--engine=`):
 
-  engine = make_engine("jax", model, sampling_config)      # botjax's own (the default)
+  engine = make_engine("jax", model, sampling_config)      # botjax's lockstep one (default)
+  engine = make_engine("slots", model, sampling_config)    # botjax's continuous batching
   engine = make_engine("vllm", model, sampling_config)     # vLLM (botjax.sampling.vllm)
   out = engine.generate(prompt_ids, key, n=8)               # SampleOutput, B = P·n rows
   engine.set_params(new_params)                             # after every update
@@ -78,13 +79,20 @@ def _jax_engine(model, sampling_config: SamplingConfig, *, mesh=None, **options)
   return Sampler(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)
 
 
+def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None,
+                  **options) -> RolloutEngine:
+  from botjax.sampling.slots import _slots_engine as factory   # local, as for "jax"
+  return factory(model, sampling_config, mesh=mesh, **options)
+
+
 def _vllm_engine(model, sampling_config: SamplingConfig, *, mesh=None,
                  **options) -> RolloutEngine:
   from botjax.sampling.vllm import VLLMEngine   # local: vLLM is an optional extra
   return VLLMEngine(model, sampling_config, mesh=mesh, **options)
 
 
-ENGINES: dict[str, EngineFactory] = {"jax": _jax_engine, "vllm": _vllm_engine}
+ENGINES: dict[str, EngineFactory] = {"jax": _jax_engine, "slots": _slots_engine,
+                                      "vllm": _vllm_engine}
 
 
 def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:

@@ -7,6 +7,8 @@ they select which ops are traced.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -134,6 +136,99 @@ def _first_argmax(z: jax.Array) -> jax.Array:
   return jnp.minimum(idx, v - 1).astype(jnp.int32)
 
 
+class Draw(NamedTuple):
+  """One decoding step's draw for B rows (`draw`).
+
+  Attributes:
+    tokens: [B] int32 sampled ids.
+    logp: [B] float32 log-probabilities of `tokens` (see `draw`).
+    support: [B] float32 support threshold, in log-probability under the tempered softmax:
+      the kept tokens are those with log_softmax(z / τ) ≥ support; −inf where nothing was cut
+      (no top-k / top-p, greedy decoding, or `truncated=False`).
+  """
+  tokens: jax.Array
+  logp: jax.Array
+  support: jax.Array
+
+
+def support_threshold(scaled: jax.Array, filtered: jax.Array) -> jax.Array:
+  """The kept support of a filtered row as one log-probability threshold. [B].
+
+  Top-k and top-p keep exactly the tokens whose logit reaches some cut value, so the support
+  is {v : zᵥ ≥ c}. The threshold recorded is the midpoint between the smallest kept logit and
+  the largest removed one, minus the row's log-normaliser:
+
+    support = (min_{kept} zᵥ + max_{removed} zᵥ) / 2 − logsumexp(z)
+
+  so that recomputing log_softmax(z)ᵥ ≥ support under the same parameters selects the same
+  tokens with a margin of half the gap between them (a recomputation that rounds differently
+  by less than that margin keeps the same set). −inf where nothing was removed.
+
+  Args:
+    scaled: [B, V] tempered logits z = logits / τ.
+    filtered: [B, V] the same with removed tokens at −inf (`filter_logits`).
+
+  Returns:
+    [B] float32 thresholds.
+  """
+  kept = jnp.isfinite(filtered)
+  lowest_kept = xla_cpu.fused_min(jnp.where(kept, scaled, jnp.inf))
+  highest_cut = xla_cpu.fused_max(jnp.where(kept, -jnp.inf, scaled))
+  cut = jnp.where(jnp.isfinite(highest_cut), 0.5 * (lowest_kept + highest_cut), -jnp.inf)
+  return (cut - xla_cpu.fused_logsumexp(scaled)).astype(jnp.float32)
+
+
+def draw(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int = 0,
+         top_p: float = 1.0, truncated: bool = False) -> Draw:
+  """Draws one token per row; its log-probability, and the kept support when truncated.
+
+    greedy (τ = 0):  y = argmax_v zᵥ,                 log π(y) = log_softmax(z)[y]
+    sampling:        y ~ softmax(filter(z / τ)),       log π(y) = log_softmax(z / τ)[y]
+    truncated:       y ~ softmax(filter(z / τ)),       log π(y) = log_softmax(filter(z / τ))[y]
+
+  Untruncated, the reported log-probability ignores the top-k / top-p cut: it is what the
+  trainer recomputes with `token_logprobs(..., temperature=τ)` (τ = 1 for greedy). Truncated,
+  it is the log-probability under the distribution the token was drawn from (the cut,
+  renormalised), and `Draw.support` records the cut so that the trainer's log-probs
+  (`botjax.models.logprobs.logprobs_from_hidden(..., support=)`) are taken under the same
+  truncated distribution: then the behaviour policy of the PPO ratio is the one that sampled.
+
+  Args:
+    keys: [B] typed PRNG keys (or [B, 2] raw uint32 keys), one per row, so a row's draw does
+      not depend on the other rows of the batch.
+    logits: [B, V] float logits of the next token.
+    temperature: τ ≥ 0 (static); 0 = greedy (keys unused).
+    top_k: k ≥ 0 (static), 0 = off.
+    top_p: p in (0, 1] (static), 1 = off.
+    truncated: report log-probs under the truncated distribution and record its support
+      (static; no effect when greedy or when neither top-k nor top-p is set).
+
+  Returns:
+    `Draw` of [B] arrays.
+  """
+  _check_logits(logits)
+  if temperature < 0:
+    raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+  logits = logits.astype(jnp.float32)
+  no_support = jnp.full(logits.shape[:1], -jnp.inf, jnp.float32)
+  if temperature == 0:
+    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logp_all = xla_cpu.fused_log_softmax(logits)
+    logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
+    return Draw(tokens, logp, no_support)
+  scaled = logits / jnp.float32(temperature)
+  filtered = filter_logits(scaled, top_k=top_k, top_p=top_p)
+  # jax.random.categorical's Gumbel-max draw, with its argmax written as max + first index:
+  # XLA:CPU runs argmax's (value, index) reduction unvectorised, ~0.5 ms per [128, 313] step.
+  noise = jax.vmap(lambda k: jax.random.gumbel(k, filtered.shape[-1:], filtered.dtype))(keys)
+  tokens = _first_argmax(noise + filtered)
+  cut = truncated and (0 < top_k < logits.shape[-1] or top_p < 1.0)
+  logp_all = xla_cpu.fused_log_softmax(filtered if cut else scaled)
+  logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
+  support = support_threshold(scaled, filtered) if cut else no_support
+  return Draw(tokens, logp, support)
+
+
 def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top_k: int = 0,
                   top_p: float = 1.0) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row and returns its log-probability under the tempered softmax.
@@ -143,7 +238,7 @@ def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top
 
   The reported log-probability ignores the top-k / top-p truncation: it is the value the trainer
   recomputes with `token_logprobs(..., temperature=τ)` (τ = 1 for greedy), so importance ratios
-  start at exactly 1.
+  start at exactly 1. `draw(..., truncated=True)` reports it under the truncated distribution.
 
   Args:
     keys: [B] typed PRNG keys (or [B, 2] raw uint32 keys), one per row, so a row's draw does
@@ -157,20 +252,5 @@ def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top
     tokens: [B] int32 sampled ids.
     logp: [B] float32 log-probabilities of `tokens`.
   """
-  _check_logits(logits)
-  if temperature < 0:
-    raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-  logits = logits.astype(jnp.float32)
-  if temperature == 0:
-    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    scaled = logits
-  else:
-    scaled = logits / jnp.float32(temperature)
-    filtered = filter_logits(scaled, top_k=top_k, top_p=top_p)
-    # jax.random.categorical's Gumbel-max draw, with its argmax written as max + first index:
-    # XLA:CPU runs argmax's (value, index) reduction unvectorised, ~0.5 ms per [128, 313] step.
-    noise = jax.vmap(lambda k: jax.random.gumbel(k, filtered.shape[-1:], filtered.dtype))(keys)
-    tokens = _first_argmax(noise + filtered)
-  logp_all = xla_cpu.fused_log_softmax(scaled)
-  logp = jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
-  return tokens, logp
+  out = draw(keys, logits, temperature=temperature, top_k=top_k, top_p=top_p)
+  return out.tokens, out.logp

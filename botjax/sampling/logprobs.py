@@ -21,8 +21,9 @@ def sample_logprobs(model, out: SampleOutput, *, temperature: float,
                         ) -> tuple[jax.Array, jax.Array]:
   """Log-probs and entropies of a sample's completion tokens under `model`, jit-able.
 
-  logp[b, t] = log softmax(logits(prompt_b, tokens_b[:t]) / τ)[tokens_b[t]], the quantity
-  `SampleOutput.logp` holds for the sampling parameters: with the sampler's own parameters
+  logp[b, t] = log softmax(logits(prompt_b, tokens_b[:t]) / τ)[tokens_b[t]] (cut to the
+  sampler's top-k / top-p support and renormalised when `out.support_logp` is set), the
+  quantity `SampleOutput.logp` holds for the sampling parameters: with the sampler's own parameters
   the two agree where `out.mask` is True (up to float rounding); with the parameters being
   trained it is the `logp` of the PPO / GRPO ratio exp(logp − old_logp) (DeepSeekMath,
   arXiv 2402.03300, eq. 3). The logits are computed a chunk of `chunk_size` positions at a
@@ -48,5 +49,6 @@ def sample_logprobs(model, out: SampleOutput, *, temperature: float,
   num_prompts = out.num_groups if share_prompts and 2 * out.num_groups <= b else 0
   logp, ent = logprobs_lib.completion_logprobs(
       model, tf.input_ids, tf.positions, tf.attention_mask, completion_len=t,
-      temperature=temperature, chunk_size=chunk_size, num_prompts=num_prompts)
+      temperature=temperature, chunk_size=chunk_size, num_prompts=num_prompts,
+      support=out.support_logp)
   return jnp.where(out.mask, logp, 0.0), jnp.where(out.mask, ent, 0.0)

@@ -60,7 +60,8 @@ class TeacherForcing(NamedTuple):
 
   `botjax.sampling.sample_logprobs(model, out, temperature=τ)` does all of this and
   returns the [B, T] log-probs directly. By hand: with `logp_full, _ = token_logprobs(model,
-  input_ids, positions, attention_mask, targets, temperature=config.logp_temperature)`,
+  input_ids, positions, attention_mask, targets, temperature=config.logp_temperature,
+  support=support)`,
   `jax.lax.dynamic_slice_in_dim(logp_full, start, T, axis=1)` equals `SampleOutput.logp`
   where `SampleOutput.mask` is True. (`start` is a leaf of this NamedTuple, so it is traced
   when a `TeacherForcing` enters a jitted function: a Python slice `[:, start:start + T]`
@@ -72,12 +73,15 @@ class TeacherForcing(NamedTuple):
     attention_mask: [B, L] bool, True on prompt and generated tokens.
     targets: [B, L] int32, input_ids shifted left by one (last column: padding).
     start: Lp − 1, the column whose target is the first generated token.
+    support: [B, L] float32 top-k / top-p support thresholds of the targets (−inf outside the
+      completion), for `token_logprobs(..., support=)`; None when the sample recorded none.
   """
   input_ids: jax.Array
   positions: jax.Array
   attention_mask: jax.Array
   targets: jax.Array
   start: int
+  support: jax.Array | None = None
 
 
 @struct.dataclass
@@ -90,11 +94,17 @@ class SampleOutput:
     tokens: [B, T] int32 generated ids, `pad_token_id` after the end of a row.
     mask: [B, T] bool, True on generated tokens (the stop token included).
     logp: [B, T] float32 log-probabilities of `tokens` under softmax(logits / τ) (τ = 1 when
-      greedy), 0 where `mask` is False.
+      greedy), or, when `support_logp` is set, under that softmax cut to each step's support
+      and renormalised; 0 where `mask` is False.
     lengths: [B] int32 number of generated tokens, `mask.sum(-1)`.
     finish_reason: [B] int32, 0 = stop token (`FINISH_STOP`), 1 = length (`FINISH_LENGTH`).
     group_ids: [B] int32 prompt index of each row, in [0, num_groups).
     num_groups: P (static).
+    support_logp: [B, T] float32 or None: each step's kept top-k / top-p support as a
+      threshold on log_softmax(logits / τ) (tokens at or above it were kept; −inf: no cut),
+      recorded when `SamplingConfig.logp_truncated`; None otherwise. The trainer's log-probs
+      of these tokens are then taken under the same truncated distribution
+      (`botjax.sampling.sample_logprobs` passes it on).
   """
   prompt_ids: jax.Array
   prompt_mask: jax.Array
@@ -105,6 +115,7 @@ class SampleOutput:
   finish_reason: jax.Array
   group_ids: jax.Array
   num_groups: int = struct.field(pytree_node=False)
+  support_logp: jax.Array | None = None
 
   def teacher_forcing(self) -> TeacherForcing:
     """Prompt + completion as one sequence, with targets for `botjax.models.token_logprobs`.
@@ -116,5 +127,9 @@ class SampleOutput:
     attention_mask = jnp.concatenate([self.prompt_mask, self.mask], axis=1)
     positions = positions_from_mask(attention_mask)
     targets = jnp.concatenate([input_ids[:, 1:], self.tokens[:, -1:]], axis=1)
+    support = None
+    if self.support_logp is not None:
+      lp = self.prompt_ids.shape[1]
+      support = jnp.pad(self.support_logp, ((0, 0), (lp - 1, 1)), constant_values=-jnp.inf)
     return TeacherForcing(input_ids, positions, attention_mask, targets,
-                          self.prompt_ids.shape[1] - 1)
+                          self.prompt_ids.shape[1] - 1, support)

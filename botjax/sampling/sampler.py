@@ -37,9 +37,9 @@ from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
+from botjax.sampling.filtering import draw as draw_tokens
 from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
                                     generate_args)
-from botjax.sampling.filtering import sample_logits
 
 _BATCH_AXES = ("data", "fsdp")
 
@@ -348,20 +348,29 @@ class Sampler:
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
         key, row_offset + jnp.arange(rows, dtype=jnp.int32))
 
+    truncated = cfg.logp_truncated
+
     def draw(step, step_logits, live):
       keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
-      tok, lp_tok = sample_logits(keys, step_logits, temperature=cfg.temperature,
-                                  top_k=cfg.top_k, top_p=cfg.top_p)
-      tok = jnp.where(live, tok, pad)
-      lp_tok = jnp.where(live, lp_tok, 0.0)
+      d = draw_tokens(keys, step_logits, temperature=cfg.temperature, top_k=cfg.top_k,
+                      top_p=cfg.top_p, truncated=truncated)
+      tok = jnp.where(live, d.tokens, pad)
+      lp_tok = jnp.where(live, d.logp, 0.0)
+      sup = jnp.where(live, d.support, -jnp.inf)
       hit = live & jnp.any(tok[:, None] == stop_ids, axis=1)
-      return tok, lp_tok, hit
+      return tok, (lp_tok, sup), hit
 
     tokens = jnp.full((rows, gen_len), pad, jnp.int32)
-    logp = jnp.zeros((rows, gen_len), jnp.float32)
+    # the log-probs [B, T] and, when truncated, the support thresholds [B, T]
+    logp = tuple(jnp.zeros((rows, gen_len), jnp.float32) for _ in range(1 + truncated))
+
+    def put(logp, lp_sup, t):
+      return tuple(jax.lax.dynamic_update_slice_in_dim(buf, x[:, None], t, axis=1)
+                   for buf, x in zip(logp, lp_sup))
+
     tok, lp_tok, stopped = draw(jnp.int32(0), logits, active)
     tokens = tokens.at[:, 0].set(tok)
-    logp = logp.at[:, 0].set(lp_tok)
+    logp = put(logp, lp_tok, 0)
     lengths = active.astype(jnp.int32)
     done = ~active | stopped
 
@@ -384,7 +393,7 @@ class Sampler:
                                             lp + t - 1, (rope_cos[t], rope_sin[t]))
       tok, lp_tok, hit = draw(t, step_logits, live)
       tokens = jax.lax.dynamic_update_slice_in_dim(tokens, tok[:, None], t, axis=1)
-      logp = jax.lax.dynamic_update_slice_in_dim(logp, lp_tok[:, None], t, axis=1)
+      logp = put(logp, lp_tok, t)
       return (t + 1, cache, tok, tokens, logp, done | hit, stopped | hit,
               lengths + live.astype(jnp.int32))
 
@@ -394,7 +403,8 @@ class Sampler:
     mask = jnp.arange(gen_len, dtype=jnp.int32)[None, :] < lengths[:, None]
     out = SampleOutput(
         prompt_ids=rep(prompt_ids), prompt_mask=rep(prompt_mask), tokens=tokens, mask=mask,
-        logp=logp, lengths=lengths,
+        logp=logp[0], lengths=lengths,
         finish_reason=jnp.where(stopped, FINISH_STOP, FINISH_LENGTH).astype(jnp.int32),
-        group_ids=(jnp.arange(rows, dtype=jnp.int32) // n), num_groups=num)
+        group_ids=(jnp.arange(rows, dtype=jnp.int32) // n), num_groups=num,
+        support_logp=jnp.where(mask, logp[1], -jnp.inf) if truncated else None)
     return out, steps

@@ -10,8 +10,10 @@ Generation: one request per prompt with `n` samples and a seed drawn from (key, 
 (vLLM gives the i-th sample seed + i), so the same key, prompts and weights give the same
 completions. vLLM runs with `logprobs_mode="processed_logprobs"`, so the returned log-prob of a
 sampled token is log softmax(logits / τ) (τ = 1 when greedy), botjax's convention; with top-k or
-top-p it is taken over the truncated, renormalised distribution vLLM sampled from (botjax's
-convention scores the untruncated one: the difference then shows in the mismatch metrics).
+top-p it is taken over the truncated, renormalised distribution vLLM sampled from. vLLM does not
+return that support, so `SampleOutput.support_logp` is None and the trainer's recomputed old
+log-probs are untruncated: with top-k / top-p the difference shows in the mismatch metrics and
+the truncated importance weights (botjax's own engines record the support and have none).
 Stop ids: the config's EOS and stop ids plus a call's own, passed as `stop_token_ids` with
 `ignore_eos` (vLLM stops on exactly these); the stop token is kept and scored, as in
 `SampleOutput`. Shapes follow the config's buckets, like `Sampler`'s (B = P·n rows).

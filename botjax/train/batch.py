@@ -122,7 +122,8 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
       input_ids=jnp.asarray(input_ids), positions=jnp.asarray(positions),
       attention_mask=jnp.asarray(attn), old_logp=jnp.asarray(behaviour),
       ref_logp=jnp.asarray(ref), advantages=a.advantages, loss_mask=a.loss_mask,
-      seq_weights=a.seq_weights, behaviour_logp=opt(engine_logp))
+      seq_weights=a.seq_weights, behaviour_logp=opt(engine_logp),
+      support=None if roll.support is None else jnp.asarray(roll.support))
   lm = np.asarray(a.loss_mask)
   av = np.asarray(a.advantages)[lm]
   info = {

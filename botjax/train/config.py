@@ -38,7 +38,10 @@ class RolloutConfig:
   temperature: float = 1.0             # botjax's choice (the paper gives none): docs/defaults.md
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
-  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES
+  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES:
+                                       # "jax" (lockstep decoding), "slots" (continuous
+                                       # batching: faster when completion lengths spread, the
+                                       # same samples; docs/scaling.md) or "vllm"
   # keyword arguments of that engine's factory (`make_engine(engine, ..., **options)`), as
   # (name, value) pairs: e.g. vLLM's url (a `vllm serve` server instead of a colocated engine),
   # gpu_memory_utilization, sleep_level, kv_cache_bytes, dtype. On the command line:

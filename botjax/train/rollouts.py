@@ -100,6 +100,8 @@ class Rollouts:
   results: list[RewardResult]
   completions: list[str]
   infra: np.ndarray | None = None   # [B] bool; None: no row failed for infrastructure reasons
+  support: np.ndarray | None = None  # [B, T] f32 top-k / top-p support thresholds of the tokens
+                                     # (`SampleOutput.support_logp`, −inf: no cut); None: none
 
   def __post_init__(self):
     if self.infra is None:
@@ -111,7 +113,7 @@ class Rollouts:
 
 def assemble(*, prompt_ids, prompt_mask, tokens, mask, logp, lengths, finish, group_ids,
              completions: Sequence[str], offsets: Sequence, results: Sequence[RewardResult],
-             spec: RewardSpec) -> Rollouts:
+             spec: RewardSpec, support=None) -> Rollouts:
   """Scored samples as `Rollouts`, reading the reward's signals as its `spec` declares them.
 
     local[b, t]   = Σ of the token spans of row b holding token t's first character
@@ -127,6 +129,7 @@ def assemble(*, prompt_ids, prompt_mask, tokens, mask, logp, lengths, finish, gr
     offsets: B per-token (start, end) character offsets into `completions[b]`.
     results: B reward results.
     spec: the reward's `RewardSpec`.
+    support: [B, T] the sampler's support thresholds (`SampleOutput.support_logp`), or None.
 
   Returns:
     The `Rollouts`.
@@ -155,7 +158,8 @@ def assemble(*, prompt_ids, prompt_mask, tokens, mask, logp, lengths, finish, gr
       finish=np.asarray(finish), rewards=np.asarray([r.reward for r in results], np.float32),
       local=local, verifier=spec.verifier_values(results), step_rewards=step_rewards,
       step_mask=step_mask, token_step=token_step, group_ids=np.asarray(group_ids),
-      results=list(results), completions=list(completions), infra=infra)
+      results=list(results), completions=list(completions), infra=infra,
+      support=None if support is None else np.asarray(support, np.float32))
 
 
 def accuracy_signal(roll: Rollouts) -> np.ndarray:
@@ -224,6 +228,8 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
       results=[r for p in parts for r in p.results],
       completions=[c for p in parts for c in p.completions],
       infra=cat([p.infra for p in parts]),
+      support=(cat([_pad_to(p.support, t, left=False, value=-np.inf) for p in parts])
+               if all(p.support is not None for p in parts) else None),
   )
 
 
@@ -236,7 +242,8 @@ def take_rows(r: Rollouts, rows: np.ndarray) -> Rollouts:
       rewards=r.rewards[rows], local=r.local[rows], verifier=sel(r.verifier),
       step_rewards=sel(r.step_rewards), step_mask=sel(r.step_mask), token_step=sel(r.token_step),
       group_ids=r.group_ids[rows], results=[r.results[i] for i in rows],
-      completions=[r.completions[i] for i in rows], infra=r.infra[rows])
+      completions=[r.completions[i] for i in rows], infra=r.infra[rows],
+      support=sel(r.support))
 
 
 def filler_rollouts(like: Rollouts | None, rows: int, pad_id: int) -> Rollouts:
@@ -258,7 +265,8 @@ def filler_rollouts(like: Rollouts | None, rows: int, pad_id: int) -> Rollouts:
       step_mask=z((rows, like.step_mask.shape[1]), bool) if has("step_mask") else None,
       token_step=np.full((rows, t), -1, np.int32) if has("token_step") else None,
       group_ids=z((rows,), np.int32), results=[RewardResult(0.0)] * rows,
-      completions=[""] * rows)
+      completions=[""] * rows,
+      support=np.full((rows, t), -np.inf, np.float32) if has("support") else None)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -291,7 +299,8 @@ def trim_columns(r: Rollouts, multiple: int, prompt_multiple: int = 1) -> Rollou
   if t != r.tokens.shape[1]:
     cut = lambda x: None if x is None else x[:, :t]  # noqa: E731
     r = dataclasses.replace(r, tokens=cut(r.tokens), mask=cut(r.mask), logp=cut(r.logp),
-                            local=cut(r.local), token_step=cut(r.token_step))
+                            local=cut(r.local), token_step=cut(r.token_step),
+                            support=cut(r.support))
   if keep != lp:
     r = dataclasses.replace(r, prompt_ids=r.prompt_ids[:, lp - keep:],
                             prompt_mask=r.prompt_mask[:, lp - keep:])
@@ -395,13 +404,14 @@ class RolloutCollector:
     results = self.pool(ts.prompts, ts.completions, meta)
     self.timing["generate_s"] += t1 - t0
     self.timing["reward_s"] += time.perf_counter() - t1
-    tokens, mask, logp, lengths, finish, prompt_ids, prompt_mask, group_ids = jax.device_get(
-        (out.tokens, out.mask, out.logp, out.lengths, out.finish_reason, out.prompt_ids,
-         out.prompt_mask, out.group_ids))
+    tokens, mask, logp, lengths, finish, prompt_ids, prompt_mask, group_ids, support = (
+        jax.device_get((out.tokens, out.mask, out.logp, out.lengths, out.finish_reason,
+                        out.prompt_ids, out.prompt_mask, out.group_ids, out.support_logp)))
     return assemble(prompt_ids=prompt_ids, prompt_mask=prompt_mask, tokens=tokens, mask=mask,
                     logp=logp, lengths=lengths, finish=finish,
                     group_ids=np.asarray(group_ids) + group_offset, completions=ts.completions,
-                    offsets=ts.offsets, results=results, spec=self.spec)
+                    offsets=ts.offsets, results=results, spec=self.spec,
+                    support=support)
 
   def _sample_and_score_shared(self, records, key, *, step: int, group_offset: int) -> Rollouts:
     """`sample_and_score` in a multi-process run: each process encodes its share of the

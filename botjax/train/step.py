@@ -52,6 +52,9 @@ class RLBatch:
     behaviour_logp: f32[B, T] the rollout engine's log-probs of the completion tokens when they
       are not the trainer's own (vLLM: `old_logp` is then the trainer's recomputation), read by
       the truncated importance-sampling correction (`Recipe.tis_cap`); None: `old_logp`.
+    support: f32[B, T] the sampler's top-k / top-p support thresholds of the completion
+      tokens (`SampleOutput.support_logp`), or None: the update's log-probs are then taken
+      under the same truncated distribution as `old_logp` (`split_logprobs(support=)`).
   """
   input_ids: jax.Array
   positions: jax.Array
@@ -62,6 +65,7 @@ class RLBatch:
   loss_mask: jax.Array
   seq_weights: jax.Array
   behaviour_logp: jax.Array | None = None
+  support: jax.Array | None = None
 
   @property
   def completion_len(self) -> int:
@@ -115,8 +119,8 @@ def split_model(model: nnx.Module, *, remat: bool | None = None):
 
 
 def split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask, *,
-                        completion_len: int, temperature: float = 1.0, chunk: int = 128,
-                        num_prompts: int = 0):
+                   completion_len: int, temperature: float = 1.0, chunk: int = 128,
+                   num_prompts: int = 0, support=None):
   """`botjax.models.logprobs.completion_logprobs` of the split model (differentiable in params).
 
   Log-probs and entropies of the T completion tokens under softmax(logits / temperature),
@@ -134,6 +138,8 @@ def split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
     chunk: completion positions per chunk.
     num_prompts: U (static), at least the number of distinct prompts among the B rows, or
       0 to run every row's prompt (no sharing).
+    support: optional f32[B, T] top-k / top-p support thresholds of the completion tokens
+      (`RLBatch.support`): log-probs under the sampler's truncated distribution.
 
   Returns:
     (logp f32[B, T], entropy f32[B, T]).
@@ -141,7 +147,7 @@ def split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
   model = nnx.merge(graphdef, params, rest)
   return logprobs_lib.completion_logprobs(
       model, input_ids, positions, attention_mask, completion_len=completion_len,
-      temperature=temperature, chunk_size=chunk, num_prompts=num_prompts)
+      temperature=temperature, chunk_size=chunk, num_prompts=num_prompts, support=support)
 
 
 class StepOutput(NamedTuple):
@@ -192,7 +198,7 @@ def micro_grads(params, mb: RLBatch, den: jax.Array, *, graphdef, rest,
     logp, ent = split_logprobs(graphdef, params, rest, mb.input_ids, mb.positions,
                                     mb.attention_mask, completion_len=T,
                                     temperature=temperature, chunk=chunk,
-                                    num_prompts=num_prompts)
+                                    num_prompts=num_prompts, support=mb.support)
     behaviour = mb.old_logp if mb.behaviour_logp is None else mb.behaviour_logp
     per_token, m = algorithms.policy_loss(
         recipe, logp, mb.old_logp, mb.advantages, mb.loss_mask,

@@ -109,17 +109,21 @@ def test_loop_ends_once_every_row_has_stopped(greedy):
 
 
 @jax.jit(static_argnames=("graphdef", "temperature"))
-def _trainer_logp(graphdef, params, ids, positions, mask, targets, temperature):
+def _trainer_logp(graphdef, params, ids, positions, mask, targets, temperature, support=None):
   model = nnx.merge(graphdef, params)
-  return bm.token_logprobs(model, ids, positions, mask, targets, temperature=temperature)[0]
+  return bm.token_logprobs(model, ids, positions, mask, targets, temperature=temperature,
+                           support=support)[0]
 
 
 def test_logp_matches_teacher_forced_token_logprobs(model, sampling, greedy):
-  for sampler, n in ((sampling, 2), (greedy, 1)):
+  untruncated = Sampler(model, CFG, dataclasses.replace(sampling.config, truncated_logp=False))
+  for sampler, n in ((sampling, 2), (untruncated, 2), (greedy, 1)):
     out = sampler.generate(PROMPTS, jax.random.key(3), n=n)
+    assert (out.support_logp is not None) == (sampler is sampling)
     tf = out.teacher_forcing()
     logp_full = _trainer_logp(*nnx.split(model), tf.input_ids, tf.positions, tf.attention_mask,
-                              tf.targets, temperature=sampler.config.logp_temperature)
+                              tf.targets, temperature=sampler.config.logp_temperature,
+                              support=tf.support)
     t = out.tokens.shape[1]
     ref = np.asarray(logp_full[:, tf.start:tf.start + t])
     mask = np.asarray(out.mask)

@@ -1,0 +1,699 @@
+"""Continuous batching: S decode slots over a paged KV cache, refilled from a queue of requests.
+
+`SlotEngine` generates the same `SampleOutput` as the lockstep `Sampler` (and the same tokens
+for the same key), but a row that stops frees its decode slot for the next request instead of
+costing a slot until the longest row of the batch ends, and the cache holds each slot's live
+tokens in blocks (`botjax.sampling.paged`) instead of every row's full budget.
+
+A call's n·P requests (prompt p, sample s; request id r = p·n + s, the row of the output) wait
+in a queue, in order. The engine runs on the host as a loop over two jitted programs:
+
+  refill  the next requests take the free slots: the prompts among them that are not already
+          prefilled are prefilled (each prompt once: the prompt of the last request taken
+          stays in a one-prompt store, so a group split between two refills is prefilled
+          once), their keys and values are copied into each slot's blocks, and every new
+          slot draws its first token from the prompt's last logits;
+  chunk   k decode steps of all S slots (a `while_loop` that also ends when no slot is
+          live); a slot that stops (stop token or its budget) idles until the chunk ends.
+
+Between the two the host reads the chunk's tokens, frees the blocks of the rows that ended
+and allocates blocks for the next k positions of the live ones. Refilling between chunks
+keeps the prefill out of the decode loop; a finished slot then waits at most k − 1 steps
+(`benchmarks/long_rollouts.py` measures the utilisation). Once no request waits, the chunks
+run only the live slots, in narrower programs (S/4, S/16 rows) when they fit.
+
+A decode step is the decoder's own forward pass (`botjax.models.Decoder.__call__`) through the
+paged pool (`botjax.sampling.paged.PagedStep`): the layers' math is the decoder's; the pool
+only stores each slot's keys and values and computes the attention over the blocks in use.
+
+Shapes are static, so the number of compiled programs is bounded whatever the mix of lengths:
+per (prompt-length bucket, generation bucket, stop-id width), one refill per number of new
+prompts (0 and the powers of 4 below S, and S) and one chunk per row count (S, S/4, S/16);
+the number of pool blocks read is a run-time trip count, not a shape.
+
+Randomness: request r draws its t-th token with key `fold_in(fold_in(key, r), t)`, the
+`Sampler`'s key of row r, so for one key every (prompt, sample) completion is the same under
+the lockstep sampler and under this engine with any number of slots, lanes or refill order
+(up to float rounding of the logits, which differ between the programs by ~1e-6).
+
+On small CPU hosts the slots are split into `lanes` independent halves, each with its own
+pool, run by as many host threads from the one queue (`botjax.xla_cpu.default_host_threads`):
+a decode step of this size leaves a core idle, as for the `Sampler`.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from botjax import xla_cpu
+from botjax.models.attention import attention_implementation, cache_layout
+from botjax.models.cache import KVCache
+from botjax.sampling.buckets import bucket_size, left_pad
+from botjax.sampling.config import SamplingConfig
+from botjax.sampling.filtering import draw as draw_tokens
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
+                                    generate_args)
+from botjax.sampling.paged import BlockAllocator, PagedKVCache
+
+
+def _split_model(model: Any):
+  from botjax.sampling.sampler import _split_model as split   # one definition of the rule
+  return split(model)
+
+
+def _prefill_bucket(u: int, slots: int) -> int:
+  """Prompts a refill prefills for u new ones: the smallest power of 4 ≥ u, at most `slots`."""
+  size = 1
+  while size < u:
+    size *= 4
+  return min(size, slots)
+
+
+def _narrower(slots: int) -> list[int]:
+  """Row counts of the chunks once no request waits: S/4, S/16 (those ≥ 1), widest first."""
+  out, width = [], slots // 4
+  while width >= 1 and len(out) < 2:
+    out.append(width)
+    width //= 4
+  return out
+
+
+@dataclasses.dataclass
+class _Request:
+  rid: int                        # output row (p·n + s), also the key index
+  prompt: int                     # prompt index p
+  budget: int                     # max new tokens of this row
+  tokens: list = dataclasses.field(default_factory=list)
+  logp: list = dataclasses.field(default_factory=list)
+  support: list = dataclasses.field(default_factory=list)
+  stopped: bool = False
+
+
+@dataclasses.dataclass
+class SlotStats:
+  """What the latest `SlotEngine.generate` call did (summed over lanes).
+
+  Attributes:
+    decode_steps: decode steps run, per lane summed (each computes `slots_per_lane` rows).
+    computed_token_steps: rows computed: slots x decode steps, plus one per request for the
+      first token (drawn from the prefill's logits).
+    useful_tokens: generated tokens returned.
+    chunks: decode chunks run.
+    refills: refill programs run.
+    prefilled_prompts: prompts prefilled (a prompt refilled across two refills counts once
+      while it stays in the store).
+    peak_blocks: most pool blocks in use at once (summed over lanes).
+    pool_bytes: bytes of the pools' keys and values (all lanes).
+  """
+  decode_steps: int = 0
+  computed_token_steps: int = 0
+  useful_tokens: int = 0
+  chunks: int = 0
+  refills: int = 0
+  prefilled_prompts: int = 0
+  peak_blocks: int = 0
+  pool_bytes: int = 0
+
+  @property
+  def utilisation(self) -> float:
+    """Useful token-steps / computed token-steps."""
+    return self.useful_tokens / max(1, self.computed_token_steps)
+
+
+def _committed(tree):
+  """The arrays of `tree` committed to where they are: a pool kept from an earlier call is a
+  program's (committed) output, and a fresh one must be too, or the first refill of a later
+  call compiles the refill again for the other kind of argument."""
+  return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+
+
+class _Lane:
+  """One group of slots with its own pool, block allocator and device state."""
+
+  def __init__(self, engine: "SlotEngine", index: int, slots: int):
+    self.engine = engine
+    self.index = index
+    self.slots = slots
+    self.cache: PagedKVCache | None = None
+    self.allocator: BlockAllocator | None = None
+
+  def prepare(self, num_blocks: int, block_size: int, layout: str, dtype) -> None:
+    """A pool of this size (kept from the previous call when the size matches)."""
+    cfg = self.engine.model_config
+    if (self.cache is None or self.cache.num_blocks != num_blocks
+        or self.cache.layout != layout or self.cache.k.dtype != dtype):
+      self.cache = _committed(PagedKVCache.init(cfg, num_blocks=num_blocks,
+                                                block_size=block_size, dtype=dtype,
+                                                layout=layout))
+    self.allocator = BlockAllocator(num_blocks)
+
+  def run(self, call: "_Call") -> SlotStats:
+    """Serves requests from the call's queue until it is empty and every slot has ended."""
+    eng = self.engine
+    s_num, bs, steps = self.slots, eng.block_size, eng.chunk_steps
+    alloc = self.allocator
+    trash = alloc.trash
+    nb = alloc.num_blocks
+    tile = eng._tile(nb)
+    stats = SlotStats()
+    owner = np.full((nb,), s_num, np.int32)           # slot of each pool block (s_num: none)
+    base = np.zeros((nb,), np.int32)                  # position of each block's first token
+    blocks: list[list[int]] = [[] for _ in range(s_num)]
+    active: list[_Request | None] = [None] * s_num    # request in each slot
+    plen = np.zeros((s_num,), np.int64)               # prompt length of each slot's request
+    gen = np.zeros((s_num,), np.int64)                # tokens generated (host view)
+    store_prompt = -1                                 # the prompt held in the store
+    state = call.init_state(s_num)
+    jp = call.prompt_cols // bs
+
+    def grow(s: int, upto: int) -> None:              # blocks covering positions < upto
+      need = -(-upto // bs) - len(blocks[s])
+      if need > 0:
+        for b in alloc.alloc(need):
+          owner[b] = s
+          base[b] = len(blocks[s]) * bs
+          blocks[s].append(b)
+
+    while True:
+      # -- refill: the next requests take the free slots -------------------------------------
+      free = [s for s in range(s_num) if active[s] is None]
+      taken = call.take(len(free)) if free else []
+      first = None
+      if taken:
+        sources: dict[int, int] = {}
+        new_prompts: list[int] = []
+        src = np.zeros((s_num,), np.int32)
+        slot_idx = np.full((s_num,), s_num, np.int32)  # padding rows: slot S (dropped)
+        rid = np.zeros((s_num,), np.int32)
+        budget = np.ones((s_num,), np.int32)
+        stops = np.full((s_num, call.stop_width), -1, np.int32)
+        pblocks = np.full((s_num, jp), trash, np.int32)
+        plens = np.ones((s_num,), np.int32)
+        for i, req in enumerate(taken):
+          if req.prompt != store_prompt and req.prompt not in sources:
+            sources[req.prompt] = 1 + len(new_prompts)
+            new_prompts.append(req.prompt)
+          src[i] = 0 if req.prompt == store_prompt else sources[req.prompt]
+          s = free[i]
+          active[s] = req
+          m = call.prompt_lens[req.prompt]
+          plen[s], gen[s] = m, 1
+          grow(s, m)
+          slot_idx[i], rid[i], budget[i], plens[i] = s, req.rid, req.budget, m
+          stops[i] = call.stops[req.prompt]
+          pblocks[i, :len(blocks[s])] = blocks[s]
+        ids = lens = None
+        if new_prompts:
+          u = _prefill_bucket(len(new_prompts), s_num)
+          ids = np.full((u, call.prompt_cols), call.pad, np.int32)
+          ids[:len(new_prompts)] = call.right_padded[new_prompts]
+          lens = np.ones((u,), np.int32)
+          lens[:len(new_prompts)] = call.prompt_lens[new_prompts]
+        store_src = int(src[len(taken) - 1])
+        store_prompt = taken[-1].prompt
+        self.cache, state, first = eng._refill(
+            call.params, self.cache, state, ids, lens, src, slot_idx, rid, budget, stops,
+            pblocks, plens, np.int32(store_src), call.key)
+        stats.refills += 1
+        stats.prefilled_prompts += len(new_prompts)
+        stats.computed_token_steps += len(taken)
+      live_slots = [s for s in range(s_num) if active[s] is not None]
+      if not live_slots:
+        break
+      # -- the rows of this chunk: all slots, or (no request waiting) fewer ------------------
+      rows_n = s_num
+      if not call.waiting():
+        for width in _narrower(s_num):
+          if len(live_slots) <= width:
+            rows_n = width
+      rows = np.full((rows_n,), s_num, np.int32)
+      if rows_n == s_num:
+        rows[:] = np.arange(s_num)
+      else:
+        rows[:len(live_slots)] = live_slots
+      compact = np.full((s_num + 1,), rows_n, np.int32)   # lane slot -> row of this chunk
+      compact[rows[rows < s_num]] = np.flatnonzero(rows < s_num)
+      # -- blocks for the next k positions of every live slot --------------------------------
+      wtab = np.full((rows_n, call.wtab_width), trash, np.int32)
+      table = np.full((rows_n, call.blocks_per_row), -1, np.int32)
+      for s in live_slots:
+        req = active[s]
+        pos0 = plen[s] + gen[s] - 1                    # position of the token fed next
+        last = min(pos0 + steps - 1, plen[s] + req.budget - 2)
+        grow(s, max(last, pos0) + 1)
+        first_blk = pos0 // bs
+        row = blocks[s][first_blk:first_blk + call.wtab_width]
+        wtab[compact[s], :len(row)] = row
+        table[compact[s], :len(blocks[s])] = blocks[s]
+      stats.peak_blocks = max(stats.peak_blocks, nb - 1 - alloc.num_free)
+      num_tiles = -(-alloc.high_water() // tile)
+      self.cache, state, outs = eng._chunk(call.params, self.cache, state, rows,
+                                           compact[owner], base, table, wtab,
+                                           np.int32(num_tiles))
+      stats.chunks += 1
+      # -- read the chunk (and the refill before it) -----------------------------------------
+      (tok, lp, sup, n_steps, gen_after, live, stopped), first = jax.device_get((outs, first))
+      if first is not None:
+        for i, req in enumerate(taken):
+          req.tokens.append(int(first[0][i]))
+          req.logp.append(float(first[1][i]))
+          req.support.append(float(first[2][i]))
+      stats.decode_steps += int(n_steps)
+      stats.computed_token_steps += int(n_steps) * rows_n
+      for s in live_slots:
+        req, c = active[s], compact[s]
+        k = int(gen_after[c] - gen[s])
+        if k:
+          req.tokens.extend(tok[c, :k].tolist())
+          req.logp.extend(lp[c, :k].tolist())
+          req.support.extend(sup[c, :k].tolist())
+        gen[s] = gen_after[c]
+        if not live[c]:
+          req.stopped = bool(stopped[c])
+          stats.useful_tokens += len(req.tokens)
+          call.done(req)
+          alloc.free(blocks[s])
+          owner[blocks[s]] = s_num
+          blocks[s] = []
+          active[s] = None
+    stats.pool_bytes = self.cache.nbytes
+    return stats
+
+
+_PER_SLOT = ("tok", "pos", "gen", "budget", "live", "stopped", "rkey", "stops")
+
+
+class _Call:
+  """One `generate` call's shared queue and per-prompt inputs."""
+
+  def __init__(self, *, params, key, prompts, n, stops, stop_width, prompt_cols,
+               wtab_width, blocks_per_row, pad, truncated, requests):
+    self.params, self.key, self.n = params, key, n
+    self.blocks_per_row = blocks_per_row
+    self.prompt_cols, self.pad = prompt_cols, pad
+    self.stop_width, self.wtab_width = stop_width, wtab_width
+    self.truncated = truncated
+    self.prompt_lens = np.asarray([len(p) for p in prompts], np.int32)
+    self.right_padded = np.full((len(prompts), prompt_cols), pad, np.int32)
+    for i, p in enumerate(prompts):
+      self.right_padded[i, :len(p)] = p
+    self.stops = stops
+    self._queue = collections.deque(requests)
+    self._lock = threading.Lock()
+    self.finished: list[_Request] = []
+
+  def waiting(self) -> bool:
+    """Whether a request waits for a slot."""
+    with self._lock:
+      return bool(self._queue)
+
+  def take(self, k: int) -> list[_Request]:
+    with self._lock:
+      return [self._queue.popleft() for _ in range(min(k, len(self._queue)))]
+
+  def done(self, req: _Request) -> None:
+    with self._lock:
+      self.finished.append(req)
+
+  def init_state(self, s_num: int) -> dict:
+    return _committed({
+        "tok": jnp.zeros((s_num,), jnp.int32),
+        "pos": jnp.zeros((s_num,), jnp.int32),
+        "gen": jnp.zeros((s_num,), jnp.int32),
+        "budget": jnp.ones((s_num,), jnp.int32),
+        "live": jnp.zeros((s_num,), bool),
+        "stopped": jnp.zeros((s_num,), bool),
+        "rkey": jax.random.key_data(jax.random.split(jax.random.key(0), s_num)),
+        "stops": jnp.full((s_num, self.stop_width), -1, jnp.int32),
+        "store": None,
+    })
+
+
+class SlotEngine:
+  """botjax's continuous-batching rollout engine (`botjax.sampling.RolloutEngine`).
+
+  Example:
+    engine = SlotEngine(model, None, SamplingConfig(max_new_tokens=1024, eos_token_ids=(eos,)))
+    out = engine.generate(prompts, jax.random.key(0), n=8)          # SampleOutput, B = P·n
+    engine.set_params(nnx.state(updated_model))                      # no recompile
+
+  Args:
+    model: an `nnx.Module`, a `(graphdef, state)` pair, or a graphdef (then pass `params`).
+    model_config: the model's `DecoderConfig` (None: `model.config`).
+    sampling_config: decoding rule, stop ids and buckets (as for `Sampler`).
+    num_slots: S, decode slots in all (split evenly over `lanes`).
+    chunk_steps: k, decode steps between refills.
+    block_size: bs, token slots per pool block.
+    tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`).
+    cache_dtype: KV dtype (None: the model's compute dtype).
+    lanes: independent slot groups run by as many host threads (None:
+      `botjax.xla_cpu.default_host_threads`, 2 on small CPU hosts, else 1).
+    mesh: optional mesh; the programs then run under it (parameters keep their sharding).
+  """
+
+  exact_logp = True   # its log-probs are the trainer's (the same model, float tolerance)
+
+  def __init__(self, model: Any, model_config: Any = None,
+               sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
+               chunk_steps: int = 8, block_size: int = 32, tile_blocks: int = 128,
+               cache_dtype: Any = None, lanes: int | None = None, mesh=None):
+    if not isinstance(sampling_config, SamplingConfig):
+      raise TypeError(f"sampling_config must be a SamplingConfig, got "
+                      f"{type(sampling_config).__name__}")
+    self.graphdef, self.params = _split_model(model)
+    if model_config is None:
+      model_config = getattr(model, "config", None)
+      if model_config is None:
+        raise ValueError("model_config is None and the model has no `config` attribute")
+    self.model_config = model_config
+    self.config = sampling_config
+    self.mesh = mesh
+    for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
+                        ("block_size", block_size), ("tile_blocks", tile_blocks)):
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if lanes is None:
+      lanes = xla_cpu.default_host_threads(mesh if mesh is not None else self.params, mesh=mesh)
+    if not isinstance(lanes, int) or lanes < 1 or num_slots % lanes:
+      raise ValueError(f"lanes must be an int >= 1 dividing num_slots={num_slots}, got {lanes!r}")
+    self.num_slots, self.chunk_steps, self.block_size = num_slots, chunk_steps, block_size
+    self.tile_blocks = tile_blocks
+    self.lanes = [_Lane(self, i, num_slots // lanes) for i in range(lanes)]
+    if cache_dtype is None:
+      cache_dtype = getattr(model, "dtype", jnp.float32)
+    self.cache_dtype = jnp.dtype(cache_dtype)
+    vocab = model_config.vocab_size
+    for i in sampling_config.all_stop_ids + (sampling_config.pad_token_id,):
+      if i >= vocab:
+        raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
+                         f"[0, {vocab})")
+    self.last_stats: SlotStats | None = None
+    self._pool = None
+    self._refill_jit = xla_cpu.jit(self._refill_impl, decode=True,
+                                    donate_argnums=(1, 2), static_argnames=("new_prompts",))
+    self._chunk_jit = xla_cpu.jit(self._chunk_impl, decode=True, donate_argnums=(1, 2))
+
+  # -- host side ---------------------------------------------------------------------------
+
+  def set_params(self, params: Any) -> None:
+    """Replaces the parameters used by later `generate` calls (an `nnx.State` or a module)."""
+    self.params = nnx.state(params) if isinstance(params, nnx.Module) else params
+
+  def num_compiled(self) -> int:
+    """Programs compiled so far (refills and decode chunks)."""
+    return self._refill_jit._cache_size() + self._chunk_jit._cache_size()
+
+  def close(self) -> None:
+    """Stops the lanes' host threads (a later `generate` starts them again)."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
+
+  def _layout(self) -> str:
+    where = self.mesh if self.mesh is not None else self.params
+    return cache_layout(attention_implementation(self.model_config.attention, where))
+
+  def generate(self, prompts: Sequence[Sequence[int]], key: jax.Array, *, n: int = 1,
+               max_new_tokens: int | Sequence[int] | None = None, params: Any = None,
+               stop_token_ids: Sequence[Sequence[int]] | None = None) -> SampleOutput:
+    """Samples n completions for each prompt through the slots.
+
+    Args:
+      prompts: P token-id lists (no padding), each non-empty.
+      key: a PRNG key; request r = p·n + s draws as the `Sampler`'s row r.
+      n: completions per prompt.
+      max_new_tokens: the budget of every row (default `config.max_new_tokens`), or one
+        budget per row (a sequence of P·n ints, row p·n + s): a row ends at its budget or at
+        a stop token, whichever comes first.
+      params: parameters for this call only (as for `Sampler.generate`).
+      stop_token_ids: optional P lists of extra stop ids, one list per prompt.
+
+    Returns:
+      `SampleOutput` with B = P·n rows (prompt p's rows adjacent), prompt columns and
+      generated columns T bucketed as the `Sampler` buckets them.
+    """
+    cfg = self.config
+    per_row = not (max_new_tokens is None or isinstance(max_new_tokens, (int, np.integer)))
+    prompts, max_new = generate_args(prompts, n, None if per_row else max_new_tokens,
+                                     cfg.max_new_tokens)
+    num = len(prompts)
+    rows = num * n
+    if not per_row:
+      budgets = np.full((rows,), max_new, np.int64)
+    else:
+      budgets = np.asarray(list(max_new_tokens), np.int64)
+      if budgets.shape != (rows,):
+        raise ValueError(f"max_new_tokens must be an int or {rows} ints (one per row), got "
+                         f"{budgets.shape[0]} values")
+    if budgets.min() < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {int(budgets.min())}")
+    params = self.params if params is None else params
+    if isinstance(params, nnx.Module):
+      params = nnx.state(params)
+    if params is None:
+      raise ValueError("this engine holds no parameters: pass params=")
+    vocab = self.model_config.vocab_size
+    prompts = [list(map(int, p)) for p in prompts]
+    for i, p in enumerate(prompts):
+      if not p:
+        raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+      bad = [t for t in p if not 0 <= t < vocab]
+      if bad:
+        raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
+    extra = extra_stop_ids(stop_token_ids, num, vocab)
+    width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
+                        name="number of stop ids")
+    stops = np.full((num, width), -1, np.int32)
+    for i in range(num):
+      row = list(cfg.all_stop_ids) + extra[i]
+      stops[i, :len(row)] = row
+    lp = bucket_size(max(len(p) for p in prompts), cfg.prompt_len_buckets,
+                     minimum=cfg.min_len_bucket, name="prompt length")
+    tb = bucket_size(int(budgets.max()), cfg.gen_len_buckets, minimum=cfg.min_len_bucket,
+                     name="max_new_tokens")
+    bs = self.block_size
+    cols = -(-lp // bs) * bs                      # prompt columns of the prefill: whole blocks
+    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
+      key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
+    requests = [_Request(rid=p * n + s, prompt=p, budget=int(budgets[p * n + s]))
+                for p in range(num) for s in range(n)]
+    per_slot = -(-(lp + tb - 1) // bs)            # blocks of a row at its full budget
+    call = _Call(params=params, key=key, prompts=prompts, n=n, stops=stops, stop_width=width,
+                 prompt_cols=cols, wtab_width=(self.chunk_steps - 2) // bs + 2,
+                 blocks_per_row=per_slot, pad=cfg.pad_token_id, truncated=cfg.logp_truncated,
+                 requests=requests)
+    layout = self._layout()
+    lanes = self.lanes[:max(1, min(len(self.lanes), math.ceil(rows / self.lanes[0].slots)))]
+    for lane in lanes:
+      need = lane.slots * per_slot + 1             # every slot at its full budget, and the trash
+      tile = self._tile(need)
+      lane.prepare(-(-need // tile) * tile, bs, layout, self.cache_dtype)
+    if len(lanes) == 1:
+      results = [lanes[0].run(call)]
+    else:
+      if self._pool is None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(len(self.lanes),
+                                                           thread_name_prefix="slots")
+      results = list(self._pool.map(lambda lane: lane.run(call), lanes))
+    stats = SlotStats()
+    for r in results:
+      for f in dataclasses.fields(SlotStats):
+        setattr(stats, f.name, getattr(stats, f.name) + getattr(r, f.name))
+    self.last_stats = stats
+    return self._assemble(call, prompts, lp, tb)
+
+  def _assemble(self, call: _Call, prompts, lp: int, tb: int) -> SampleOutput:
+    cfg = self.config
+    n = call.n
+    rows = len(prompts) * n
+    tokens = np.full((rows, tb), cfg.pad_token_id, np.int32)
+    logp = np.zeros((rows, tb), np.float32)
+    support = np.full((rows, tb), -np.inf, np.float32)
+    lengths = np.zeros((rows,), np.int32)
+    finish = np.zeros((rows,), np.int32)
+    for req in call.finished:
+      k = len(req.tokens)
+      tokens[req.rid, :k] = req.tokens
+      logp[req.rid, :k] = req.logp
+      support[req.rid, :k] = req.support
+      lengths[req.rid] = k
+      finish[req.rid] = FINISH_STOP if req.stopped else FINISH_LENGTH
+    if len(call.finished) != rows:
+      raise RuntimeError(f"{rows - len(call.finished)} requests did not finish")
+    ids, mask = left_pad(prompts, lp, pad_token_id=cfg.pad_token_id)
+    return SampleOutput(
+        prompt_ids=jnp.asarray(np.repeat(ids, n, axis=0)),
+        prompt_mask=jnp.asarray(np.repeat(mask, n, axis=0)),
+        tokens=jnp.asarray(tokens), mask=jnp.asarray(np.arange(tb)[None] < lengths[:, None]),
+        logp=jnp.asarray(logp), lengths=jnp.asarray(lengths),
+        finish_reason=jnp.asarray(finish),
+        group_ids=jnp.asarray(np.arange(rows, dtype=np.int32) // n), num_groups=len(prompts),
+        support_logp=jnp.asarray(support) if call.truncated else None)
+
+  # -- programs ----------------------------------------------------------------------------
+
+  def _run(self, fn, *args, **kwargs):
+    params = args[0]
+    if self.mesh is not None:
+      with jax.set_mesh(self.mesh), xla_cpu.threefry_unrolled(self.mesh):
+        return fn(*args, **kwargs)
+    with xla_cpu.threefry_unrolled(params):
+      return fn(*args, **kwargs)
+
+  def _refill(self, params, cache, state, ids, lens, src, slot, rid, budget, stops, pblocks,
+              plens, store_src, key):
+    """Dispatches a refill; returns (cache, state, (first tokens, log-probs, supports))."""
+    u = 0 if ids is None else ids.shape[0]
+    if state["store"] is None:           # the first refill of a call: an empty store
+      cfg = self.model_config
+      dense = KVCache.init(cfg, batch_size=1, max_len=pblocks.shape[1] * cache.block_size,
+                           dtype=self.cache_dtype, layout=cache.layout)
+      state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
+                                            jnp.zeros((cfg.vocab_size,), jnp.float32))))
+    return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rid, budget,
+                     stops, pblocks, plens, store_src, key, new_prompts=u)
+
+  def _chunk(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
+    """Dispatches a decode chunk; returns (cache, state, outputs)."""
+    return self._run(self._chunk_jit, params, cache, state, rows, owner, base, table, wtab,
+                     num_tiles)
+
+  def _tile(self, num_blocks: int) -> int:
+    """Pool blocks the attention reads per loop trip (`ragged_attention`'s tile)."""
+    return min(self.tile_blocks, num_blocks)
+
+  def _model(self, params):
+    states = params if isinstance(params, (tuple, list)) else (params,)
+    return nnx.merge(self.graphdef, *states)
+
+  def _refill_impl(self, params, cache, state, ids, lens, src, slot, rid, budget, stops,
+                   pblocks, plens, store_src, key, *, new_prompts: int):
+    """Prefills the new prompts, copies each new slot's prompt into its blocks, and draws
+    each new slot's first token (traced once per shape)."""
+    cfg = self.config
+    model = self._model(params)
+    store_k, store_v, store_logits = state["store"]
+    src_k, src_v, src_logits = store_k[:, None], store_v[:, None], store_logits[None]
+    if new_prompts:
+      u, cols = ids.shape
+      positions = jnp.broadcast_to(jnp.arange(cols, dtype=jnp.int32)[None], (u, cols))
+      mask = positions < lens[:, None]
+      # As in `Sampler.prefill`: the barrier keeps XLA from constant-folding the empty cache.
+      dense, start = jax.lax.optimization_barrier((
+          KVCache.init(model.config, batch_size=u, max_len=cols, dtype=self.cache_dtype,
+                       layout=cache.layout), jnp.int32(0)))
+      hidden, dense = model(ids, positions, attention_mask=mask, cache=dense, cache_index=start,
+                            return_hidden=True)
+      last = jnp.take_along_axis(hidden, (lens - 1)[:, None, None], axis=1)[:, 0]   # [U, D]
+      logits = model.unembed(last)
+      src_k = jnp.concatenate([src_k, dense.k.astype(src_k.dtype)], axis=1)
+      src_v = jnp.concatenate([src_v, dense.v.astype(src_v.dtype)], axis=1)
+      src_logits = jnp.concatenate([src_logits, logits], axis=0)
+    # each new slot's prompt, block by block, into its pool blocks
+    r, jp = pblocks.shape
+    bs = cache.block_size
+    lay = cache.k.shape[0]
+
+    def blocks_of(x):                 # [L, 1+U, *layout (B: rows)] -> [L, R·Jp, *layout]
+      x = x[:, src]
+      axis = 1 + cache.layout.index("S")                    # the prompt's slots
+      x = x.reshape(x.shape[:axis] + (jp, bs) + x.shape[axis + 1:])
+      x = jnp.moveaxis(x, axis, 2)                          # [L, R, Jp, ..., bs, ...]
+      return x.reshape((lay, r * jp) + x.shape[3:])
+
+    flat = pblocks.reshape(-1)
+    cache = cache.replace(k=cache.k.at[:, flat].set(blocks_of(src_k)),
+                          v=cache.v.at[:, flat].set(blocks_of(src_v)))
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rid)
+    first_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, jnp.int32(0))
+    d = draw_tokens(first_keys, src_logits[src], temperature=cfg.temperature, top_k=cfg.top_k,
+                    top_p=cfg.top_p, truncated=cfg.logp_truncated)
+    hit = jnp.any(d.tokens[:, None] == stops, axis=1)
+    live = ~hit & (budget > 1)
+
+    def put(x, value):
+      return x.at[slot].set(value, mode="drop")
+
+    state = dict(
+        state, tok=put(state["tok"], d.tokens), pos=put(state["pos"], plens),
+        gen=put(state["gen"], jnp.ones_like(plens)), budget=put(state["budget"], budget),
+        live=put(state["live"], live), stopped=put(state["stopped"], hit),
+        rkey=put(state["rkey"], jax.random.key_data(row_keys)),
+        stops=put(state["stops"], stops),
+        store=(src_k[:, store_src], src_v[:, store_src], src_logits[store_src]))
+    return cache, state, (d.tokens, d.logp, d.support)
+
+  def _chunk_impl(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
+    """Up to k decode steps of the slots `rows` (traced once per number of rows)."""
+    cfg = self.config
+    model = self._model(params)
+    steps = self.chunk_steps
+    bs = cache.block_size
+    trash = cache.num_blocks - 1
+    tile = self._tile(cache.num_blocks)
+    s_all = state["tok"].shape[0]
+    s_num = rows.shape[0]
+    real = rows < s_all
+    st = {name: state[name][jnp.minimum(rows, s_all - 1)] for name in _PER_SLOT}
+    st["live"] = st["live"] & real
+    pad = jnp.int32(cfg.pad_token_id)
+    first_block = st["pos"] // bs
+    rkeys = jax.random.wrap_key_data(st["rkey"])
+    outs = (jnp.full((s_num, steps), pad, jnp.int32), jnp.zeros((s_num, steps), jnp.float32),
+            jnp.full((s_num, steps), -jnp.inf, jnp.float32))
+
+    def cond(carry):
+      i, _, st, _ = carry
+      return (i < steps) & jnp.any(st["live"])
+
+    def body(carry):
+      i, cache, st, outs = carry
+      live, pos = st["live"], st["pos"]
+      col = jnp.clip(pos // bs - first_block, 0, wtab.shape[1] - 1)
+      block = jnp.where(live, jnp.take_along_axis(wtab, col[:, None], axis=1)[:, 0], trash)
+      step = cache.at(block=block, offset=pos % bs, length=pos + 1, owner=owner, base=base,
+                      table=table, tile=tile, num_tiles=num_tiles)
+      logits, cache = model(st["tok"][:, None], pos[:, None], attention_mask=live[:, None],
+                            cache=step)
+      logits = logits[:, 0]
+      keys = jax.vmap(jax.random.fold_in)(rkeys, st["gen"])
+      d = draw_tokens(keys, logits, temperature=cfg.temperature, top_k=cfg.top_k,
+                      top_p=cfg.top_p, truncated=cfg.logp_truncated)
+      tok = jnp.where(live, d.tokens, pad)
+      outs = tuple(jax.lax.dynamic_update_slice_in_dim(o, x[:, None], i, axis=1)
+                   for o, x in zip(outs, (tok, jnp.where(live, d.logp, 0.0),
+                                          jnp.where(live, d.support, -jnp.inf))))
+      hit = live & jnp.any(tok[:, None] == st["stops"], axis=1)
+      gen = st["gen"] + live.astype(jnp.int32)
+      end = hit | (gen >= st["budget"])
+      st = dict(st, tok=jnp.where(live, tok, st["tok"]), pos=pos + live.astype(jnp.int32),
+                gen=gen, live=live & ~end, stopped=st["stopped"] | hit)
+      return i + 1, cache, st, outs
+
+    steps_run, cache, st, outs = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), cache, st, outs))
+    state = dict(state, **{name: state[name].at[rows].set(st[name], mode="drop")
+                           for name in _PER_SLOT})
+    return cache, state, (*outs, steps_run, st["gen"], st["live"], st["stopped"])
+
+
+def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_threads=None,
+                  **options) -> SlotEngine:
+  """The "slots" factory; `host_threads` (the trainer's option for the "jax" engine) sets the
+  lanes, with `num_slots` (default 64) rounded up to a multiple of them."""
+  if host_threads is not None and "lanes" not in options:
+    options["lanes"] = host_threads
+    slots = options.get("num_slots", 64)
+    options["num_slots"] = -(-slots // host_threads) * host_threads
+  return SlotEngine(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)

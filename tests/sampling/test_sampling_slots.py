@@ -1,0 +1,252 @@
+"""The slot engine: the same samples as the lockstep sampler whatever the schedule, log-probs the
+trainer reproduces, a bounded number of programs, and the paged attention against NumPy."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import botjax.models as bm
+from botjax.sampling import (RolloutEngine, Sampler, SamplingConfig, SlotEngine,
+                             sample_logprobs, make_engine)
+from botjax.sampling.paged import BlockAllocator, PagedKVCache, ragged_attention, write_tokens
+from botjax.sampling.slots import _narrower
+
+CFG = bm.DecoderConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                       head_dim=8, intermediate_size=64, qkv_bias=True, rope_theta=1e4)
+SC = SamplingConfig(temperature=1.0, max_new_tokens=20, eos_token_ids=(1,))
+PROMPTS = [[5, 6, 7], [9], [3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13]]
+# per-prompt stop ids, so that rows end at many different lengths
+STOPS = [[2, 3], [], [4], [5, 6, 8]]
+SMALL = dict(chunk_steps=4, block_size=4, tile_blocks=8)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return bm.Decoder(CFG, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+  return Sampler(model, CFG, SC, host_threads=1).generate(PROMPTS, jax.random.key(3), n=3,
+                                                          stop_token_ids=STOPS)
+
+
+def _same_samples(out, ref):
+  """Equal tokens, lengths, finish reasons and groups; log-probs within 1e-6 (+ 1e-6 relative:
+  the engine's attention sums in another order than the sampler's, ~1 ulp of |logp| ~ 4)."""
+  t = ref.tokens.shape[1]
+  assert out.tokens.shape == ref.tokens.shape and out.prompt_ids.shape == ref.prompt_ids.shape
+  for name in ("tokens", "mask", "lengths", "finish_reason", "group_ids", "prompt_ids",
+               "prompt_mask"):
+    np.testing.assert_array_equal(np.asarray(getattr(out, name)), np.asarray(getattr(ref, name)),
+                                  err_msg=name)
+  np.testing.assert_allclose(np.asarray(out.logp)[:, :t], np.asarray(ref.logp), rtol=1e-6,
+                             atol=1e-6)
+  assert out.num_groups == ref.num_groups
+
+
+@pytest.mark.parametrize("slots,lanes", [(1, 1), (7, 1), (64, 1), (8, 2)])
+def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lanes):
+  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, **SMALL)
+  out = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
+  _same_samples(out, reference)
+  lengths = np.asarray(reference.lengths)
+  assert len(set(lengths.tolist())) >= 4                    # the rows do end at many lengths
+  st = engine.last_stats
+  assert st.useful_tokens == lengths.sum()
+  # every row's first token comes from its prompt's prefill, the rest from decode steps
+  assert st.computed_token_steps >= st.useful_tokens
+  assert st.prefilled_prompts >= len(PROMPTS)
+  if slots == 1:     # one slot: every request alone, nothing computed in vain but chunk tails
+    assert st.decode_steps >= lengths.sum() - len(lengths)
+
+
+def test_same_samples_with_the_portable_attention_and_a_layer_scan():
+  """The "xla" attention's pool layout ([layers, NB, bs, K, H]) and a scanned decoder."""
+  cfg = dataclasses.replace(CFG, attention="xla")
+  model = bm.Decoder(cfg, rngs=nnx.Rngs(0), scan_layers=True)
+  ref = Sampler(model, cfg, SC, host_threads=1).generate(PROMPTS, jax.random.key(5), n=2,
+                                                         stop_token_ids=STOPS)
+  engine = SlotEngine(model, cfg, SC, num_slots=3, lanes=1, **SMALL)
+  assert engine.lanes[0].cache is None
+  _same_samples(engine.generate(PROMPTS, jax.random.key(5), n=2, stop_token_ids=STOPS), ref)
+  assert engine.lanes[0].cache.layout == "BSKH"
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.9)])
+def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
+  """Untruncated and, with top-k / top-p, under the recorded truncated support: the log-probs
+  the update recomputes equal the engine's (2e-5, f32), and the sampler's."""
+  sc = dataclasses.replace(SC, top_k=top_k, top_p=top_p)
+  engine = SlotEngine(model, CFG, sc, num_slots=5, lanes=1, **SMALL)
+  out = engine.generate(PROMPTS, jax.random.key(11), n=3, stop_token_ids=STOPS)
+  mask = np.asarray(out.mask)
+  assert (out.support_logp is not None) == (top_k > 0 or top_p < 1.0)
+  tf, _ = jax.jit(lambda o: sample_logprobs(model, o, temperature=sc.logp_temperature))(out)
+  np.testing.assert_allclose(np.asarray(tf)[mask], np.asarray(out.logp)[mask], atol=2e-5)
+  ref = Sampler(model, CFG, sc, host_threads=1).generate(PROMPTS, jax.random.key(11), n=3,
+                                                         stop_token_ids=STOPS)
+  _same_samples(out, ref)
+  if out.support_logp is not None:
+    sup, ref_sup = np.asarray(out.support_logp), np.asarray(ref.support_logp)
+    np.testing.assert_allclose(sup[mask], ref_sup[mask], atol=1e-5)
+    assert np.isfinite(sup[mask]).mean() > 0.5            # the cut applied at most steps
+    assert (np.asarray(out.logp)[mask] <= 0).all()
+
+
+def test_per_row_budgets_and_a_bounded_number_of_programs(model):
+  """Any mix of lengths (per-row budgets) runs on the same few programs: refills by the
+  number of new prompts (a power of 4 up to the slots) and chunks by their rows (S, S/4)."""
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,),
+                           prompt_len_buckets=(12,))
+  engine = SlotEngine(model, CFG, sc, num_slots=6, lanes=1, **SMALL)
+  sampler = Sampler(model, CFG, sc, host_threads=1)
+  rng = np.random.default_rng(0)
+  bound = 1 + 3 + 1 + len(_narrower(6))         # refills: U in {0, 1, 4, 6}; chunks: widths
+  seen = []
+  for call in range(6):
+    num = int(rng.integers(1, 5))
+    n = int(rng.integers(1, 4))
+    prompts = [rng.integers(3, 64, size=int(rng.integers(1, 12))).tolist() for _ in range(num)]
+    budgets = rng.integers(1, 33, size=num * n)
+    out = engine.generate(prompts, jax.random.key(call), n=n, max_new_tokens=budgets.tolist())
+    np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
+    assert (np.asarray(out.finish_reason) == 1).all()
+    if call == 0:   # a row cut at its budget is the sampler's row cut there
+      ref = sampler.generate(prompts, jax.random.key(call), n=n, max_new_tokens=32)
+      for r, b in enumerate(budgets):
+        np.testing.assert_array_equal(np.asarray(out.tokens)[r, :b], np.asarray(ref.tokens)[r, :b])
+    seen.append(engine.num_compiled())
+  assert seen[-1] <= bound, seen
+  assert seen[-1] == seen[-2] or seen[-1] < bound
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_repeated_call_compiles_nothing(model, lanes):
+  """The second call of the same work runs on the first call's programs: with placed parameters,
+  the pool kept from the first call and each call's fresh state are alike committed, so no refill
+  is compiled again (it was, once, before they were)."""
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(64,), prompt_len_buckets=(8,))
+  engine = SlotEngine(model, CFG, sc, num_slots=8, lanes=lanes, chunk_steps=4, block_size=8)
+  engine.set_params(jax.device_put(nnx.state(model), jax.devices()[0]))   # placed, as a trainer's
+  rng = np.random.default_rng(0)
+  prompts = rng.integers(3, 64, size=(4, 8)).tolist()
+  budgets = rng.integers(2, 41, size=16).tolist()
+  seen = []
+  for call in range(3):
+    out = engine.generate(prompts, jax.random.key(call), n=4, max_new_tokens=budgets)
+    np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
+    seen.append(engine.num_compiled())
+  assert seen[0] == seen[1] == seen[2], seen
+
+
+def test_engine_registry_and_errors(model):
+  engine = make_engine("slots", model, SC, num_slots=4, lanes=1)
+  assert isinstance(engine, SlotEngine) and isinstance(engine, RolloutEngine)
+  assert engine.exact_logp and engine.config == SC
+  out = engine.generate([[5, 6, 7]], jax.random.key(0), n=2)
+  engine.set_params(nnx.state(bm.Decoder(CFG, rngs=nnx.Rngs(1))))
+  other = engine.generate([[5, 6, 7]], jax.random.key(0), n=2)
+  assert not np.array_equal(np.asarray(other.logp), np.asarray(out.logp))
+  with pytest.raises(ValueError, match="max_new_tokens must be an int or 2 ints"):
+    engine.generate([[5]], jax.random.key(0), n=2, max_new_tokens=[3, 4, 5])
+  with pytest.raises(ValueError, match="prompt 1 is empty"):
+    engine.generate([[5], []], jax.random.key(0))
+  with pytest.raises(ValueError, match=r"outside \[0, 64\)"):
+    engine.generate([[5, 99]], jax.random.key(0))
+  with pytest.raises(ValueError, match="lanes must be an int >= 1 dividing num_slots=6"):
+    SlotEngine(model, CFG, SC, num_slots=6, lanes=4)
+  engine.close()
+
+
+# -- the paged pool and its attention, against NumPy -------------------------------------------
+
+def _oracle(q, ks, vs, window):
+  """Per slot: softmax(q k^T) v over its own keys [T, K, H] (the last `window` ones)."""
+  s, kh, g, h = q.shape
+  out = np.zeros((s, kh, g, h))
+  for i in range(s):
+    k, v = ks[i], vs[i]
+    if window is not None:
+      k, v = k[-window:], v[-window:]
+    sc = np.einsum("KGH,TKH->KGT", q[i], k)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out[i] = np.einsum("KGT,TKH->KGH", p, v)
+  return out
+
+
+@pytest.mark.parametrize("layout", ["BKHS", "BSKH"])
+@pytest.mark.parametrize("window", [None, 5])
+@pytest.mark.parametrize("jit", [False, True])
+def test_ragged_attention_against_numpy(layout, window, jit):
+  rng = np.random.default_rng(1)
+  cfg = dataclasses.replace(CFG, num_layers=2)
+  bs, nb, s_num, kh, g, h = 4, 16, 3, 2, 2, 8
+  lengths = [9, 1, 14]
+  alloc = BlockAllocator(nb)
+  owner, base = np.full(nb, s_num, np.int32), np.zeros(nb, np.int32)
+  table = np.full((s_num, 4), -1, np.int32)
+  pool = PagedKVCache.init(cfg, num_blocks=nb, block_size=bs, layout=layout)
+  keys = [rng.normal(size=(n, kh, h)).astype(np.float32) for n in lengths]
+  vals = [rng.normal(size=(n, kh, h)).astype(np.float32) for n in lengths]
+  alloc.alloc(2)                                   # blocks 0, 1 held by no slot: skipped
+  k_all, v_all = pool.k, pool.v
+  for s, n in enumerate(lengths):                  # interleaved blocks, one token at a time
+    blocks = []
+    for t in range(n):
+      if t % bs == 0:
+        (b,) = alloc.alloc(1)
+        owner[b], base[b] = s, t
+        blocks.append(b)
+      k_all, v_all = write_tokens(k_all, v_all, 1, jnp.asarray([blocks[-1]]),
+                                  jnp.asarray([t % bs]), jnp.asarray(keys[s][t:t + 1]),
+                                  jnp.asarray(vals[s][t:t + 1]), layout)
+    table[s, :len(blocks)] = blocks
+  q = rng.normal(size=(s_num, kh, g, h)).astype(np.float32)
+
+  def f(q, k_all, v_all, num_tiles):
+    return ragged_attention(q, k_all, v_all, jnp.asarray(owner), jnp.asarray(base),
+                            jnp.asarray(lengths, jnp.int32), jnp.asarray(table), layout=layout,
+                            window=window, tile=4, num_tiles=num_tiles, layer=1)
+
+  f = jax.jit(f) if jit else f
+  num_tiles = -(-alloc.high_water() // 4)
+  out = f(jnp.asarray(q), k_all, v_all, jnp.int32(num_tiles))
+  np.testing.assert_allclose(np.asarray(out), _oracle(q, keys, vals, window), atol=2e-6)
+  # layer 0 was never written; a layer's tokens land where the table says
+  assert not np.asarray(k_all[0]).any()
+
+
+def test_block_allocator():
+  alloc = BlockAllocator(6)
+  assert alloc.trash == 5 and alloc.num_free == 5
+  assert alloc.alloc(3) == [0, 1, 2] and alloc.high_water() == 3
+  alloc.free([0, 2])
+  assert alloc.alloc(1) == [0] and alloc.high_water() == 2
+  with pytest.raises(RuntimeError, match="3 free blocks, 4 were asked for"):
+    alloc.alloc(4)
+  with pytest.raises(ValueError, match="block 2 is not in use"):
+    alloc.free([2])
+  with pytest.raises(ValueError, match="at least 2 blocks"):
+    BlockAllocator(1)
+
+
+def test_plan_reports_the_engines_pool(model):
+  """`models.plan(kv_slots=S)` counts the pool the engine allocates (less its trash block)."""
+  sc = dataclasses.replace(SC, prompt_len_buckets=(8,), gen_len_buckets=(16,))
+  engine = SlotEngine(model, CFG, sc, num_slots=4, lanes=1, chunk_steps=4, block_size=4,
+                      tile_blocks=1)
+  engine.generate([[5, 6, 7]], jax.random.key(0), n=2, max_new_tokens=16)
+  p = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=8 + 16, dtype=jnp.float32,
+              compute_flops=False, kv_slots=4)
+  block = 2 * CFG.num_layers * 4 * CFG.num_kv_heads * CFG.head_dim * 4      # k and v, bs = 4
+  assert engine.last_stats.pool_bytes == p.kv_cache_bytes + block
+  assert "KV cache / device (4 slots)" in str(p)
+  lockstep = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=24, dtype=jnp.float32,
+                     compute_flops=False)
+  assert lockstep.kv_cache_bytes == 16 * p.kv_cache_bytes             # 64 rows, not 4 slots

@@ -1,0 +1,94 @@
+"""Cross-platform lowering of the slot engine's two programs (refill and decode chunk), exported
+with `jax.export` for TPU and CUDA from this CPU host, as tests/test_export.py does for the
+sampler: Qwen2.5-3B's width, heads and vocabulary at 2 layers, bf16 parameters sharded on an
+`fsdp:8` mesh, the paged pool's blocks sharded over `fsdp`, `attention="xla"` (the portable
+implementation; the pool then has the `[layers, NB, bs, K, H]` layout).
+
+Checked in the StableHLO text: no CPU-only piece (`botjax.models.attention_cpu`, or
+`botjax.xla_cpu`'s folded reductions, whose CPU branch is not lowered for TPU or CUDA).
+"""
+
+import dataclasses
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import botjax.models as bm
+from botjax.models import sharding as sh
+from botjax.sampling import SamplingConfig, SlotEngine
+from botjax.sampling.paged import PagedKVCache
+from botjax.train import step as step_lib
+
+PLATFORMS = ("tpu", "cuda")
+CPU_ONLY = ("attend_cpu", "_attend_dkv_cpu", "_fold")
+S, BS, NB, LP, W = 16, 16, 64, 32, 4        # slots, block size, pool blocks, prompt cols, stops
+
+
+@pytest.fixture(scope="module")
+def setup():
+  mesh = sh.make_mesh("fsdp:8")
+  cfg = dataclasses.replace(bm.get_config("qwen2.5-3b"), num_layers=2, attention="xla")
+  model = nnx.eval_shape(lambda: bm.Decoder(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16,
+                                            param_dtype=jnp.bfloat16))
+  graphdef, params, rest = step_lib.split_model(model)
+  shardings = sh.state_shardings(params, mesh)
+  params = jax.tree.map(
+      lambda v, s: v.replace(jax.ShapeDtypeStruct(v.get_value().shape, v.get_value().dtype,
+                                                  sharding=s.get_value())),
+      params, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  sc = SamplingConfig(max_new_tokens=64, temperature=1.0, top_p=0.95, eos_token_ids=(151643,))
+  engine = SlotEngine(graphdef, cfg, sc, num_slots=S, lanes=1, block_size=BS, tile_blocks=16,
+                      cache_dtype=jnp.bfloat16, mesh=mesh)
+  pool = jax.eval_shape(lambda: PagedKVCache.init(cfg, num_blocks=NB, block_size=BS,
+                                                  dtype=jnp.bfloat16, layout="BSKH"))
+  blocks = NamedSharding(mesh, P(None, "fsdp"))
+  kv = jax.ShapeDtypeStruct(pool.k.shape, pool.k.dtype, sharding=blocks)
+  pool = pool.replace(k=kv, v=kv)
+  i32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.int32)
+  state = {"tok": i32((S,)), "pos": i32((S,)), "gen": i32((S,)), "budget": i32((S,)),
+           "live": jax.ShapeDtypeStruct((S,), jnp.bool_),
+           "stopped": jax.ShapeDtypeStruct((S,), jnp.bool_),
+           "rkey": jax.ShapeDtypeStruct((S, 2), jnp.uint32), "stops": i32((S, W))}
+  return mesh, cfg, engine, (params, rest), pool, state, i32
+
+
+def _export(fn, mesh, *args):
+  with jax.set_mesh(mesh):
+    exported = jax.export.export(jax.jit(fn), platforms=PLATFORMS)(*args)
+  assert exported.platforms == PLATFORMS
+  text = exported.mlir_module()
+  names = {n.rsplit(".", 1)[-1] for n in re.findall(r'loc\("([^"]+)"', text)}
+  assert not names & set(CPU_ONLY), names & set(CPU_ONLY)
+  return exported
+
+
+def test_decode_chunk_exports_for_tpu_and_cuda(setup):
+  mesh, cfg, engine, params, pool, state, i32 = setup
+  exported = _export(lambda *a: engine._chunk_impl(*a), mesh, params, pool,
+                     dict(state, store=None), i32((S,)), i32((NB,)), i32((NB,)), i32((S, 8)),
+                     i32((S, 2)), i32(()))
+  cache, _, (tok, logp, support, steps, *_) = jax.tree.unflatten(exported.out_tree,
+                                                                   exported.out_avals)
+  assert cache.k.shape == (2, NB, BS, 2, 128) and cache.layout == "BSKH"
+  assert tok.shape == logp.shape == (S, engine.chunk_steps)
+
+
+def test_refill_exports_for_tpu_and_cuda(setup):
+  mesh, cfg, engine, params, pool, state, i32 = setup
+  u, jp = 4, LP // BS
+  store = (jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
+           jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
+           jax.ShapeDtypeStruct((cfg.vocab_size,), jnp.float32))
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  fn = functools.partial(engine._refill_impl, new_prompts=u)
+  exported = _export(fn, mesh, params, pool, dict(state, store=store), i32((u, LP)), i32((u,)),
+                     i32((S,)), i32((S,)), i32((S,)), i32((S,)), i32((S, W)), i32((S, jp)),
+                     i32((S,)), i32(()), key)
+  cache, new_state, (tok, logp, support) = jax.tree.unflatten(exported.out_tree,
+                                                              exported.out_avals)
+  assert cache.k.shape == (2, NB, BS, 2, 128) and tok.shape == (S,)
