@@ -241,12 +241,9 @@ def sample_logits(keys: jax.Array, logits: jax.Array, *, temperature: float, top
   start at exactly 1. `draw(..., truncated=True)` reports it under the truncated distribution.
 
   Args:
-    keys: [B] typed PRNG keys (or [B, 2] raw uint32 keys), one per row, so a row's draw does
-      not depend on the other rows of the batch.
+    keys: [B] typed PRNG keys (or [B, 2] raw uint32 keys), one per row.
     logits: [B, V] float logits of the next token.
-    temperature: τ ≥ 0 (static); 0 = greedy (keys unused).
-    top_k: k ≥ 0 (static), 0 = off.
-    top_p: p in (0, 1] (static), 1 = off.
+    temperature, top_k, top_p: as `draw` (static).
 
   Returns:
     tokens: [B] int32 sampled ids.

@@ -55,6 +55,32 @@ def _split_model(model: Any) -> tuple[nnx.GraphDef, Any]:
                   f"got {type(model).__name__}")
 
 
+def engine_parts(model: Any, model_config: Any, sampling_config: Any,
+                 cache_dtype: Any) -> tuple[nnx.GraphDef, Any, Any, Any]:
+  """What botjax's own engines start from, checked: (graphdef, params, model config, cache dtype).
+
+  `model_config` None takes the model's `config`; `cache_dtype` None takes the model's compute
+  dtype (float32 without one). Raises TypeError for a sampling config that is not a
+  `SamplingConfig`, ValueError for a stop or pad id outside the vocabulary.
+  """
+  if not isinstance(sampling_config, SamplingConfig):
+    raise TypeError(f"sampling_config must be a SamplingConfig, got "
+                    f"{type(sampling_config).__name__}")
+  graphdef, params = _split_model(model)
+  if model_config is None:
+    model_config = getattr(model, "config", None)
+    if model_config is None:
+      raise ValueError("model_config is None and the model has no `config` attribute")
+  if cache_dtype is None:
+    cache_dtype = getattr(model, "dtype", jnp.float32)
+  vocab = model_config.vocab_size
+  for i in sampling_config.all_stop_ids + (sampling_config.pad_token_id,):
+    if i >= vocab:
+      raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
+                       f"[0, {vocab})")
+  return graphdef, params, model_config, jnp.dtype(cache_dtype)
+
+
 def _repeat_cache(cache: KVCache, n: int) -> KVCache:
   """Repeats each row of a cache n times (rows of one prompt adjacent)."""
   if n == 1:
@@ -113,25 +139,10 @@ class Sampler:
   def __init__(self, model: Any, model_config: Any, sampling_config: SamplingConfig, *,
                mesh: Mesh | None = None, cache_dtype: Any = None,
                host_threads: int | None = None):
-    if not isinstance(sampling_config, SamplingConfig):
-      raise TypeError(f"sampling_config must be a SamplingConfig, got "
-                      f"{type(sampling_config).__name__}")
-    self.graphdef, self.params = _split_model(model)
-    if model_config is None:
-      model_config = getattr(model, "config", None)
-      if model_config is None:
-        raise ValueError("model_config is None and the model has no `config` attribute")
-    self.model_config = model_config
+    self.graphdef, self.params, self.model_config, self.cache_dtype = engine_parts(
+        model, model_config, sampling_config, cache_dtype)
     self.config = sampling_config
     self.mesh = mesh
-    if cache_dtype is None:
-      cache_dtype = getattr(model, "dtype", jnp.float32)
-    self.cache_dtype = jnp.dtype(cache_dtype)
-    vocab = model_config.vocab_size
-    for i in sampling_config.all_stop_ids + (sampling_config.pad_token_id,):
-      if i >= vocab:
-        raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
-                         f"[0, {vocab})")
     self._batch_axes = tuple(a for a in _BATCH_AXES if mesh is not None and a in mesh.shape)
     self._batch_shards = math.prod(mesh.shape[a] for a in self._batch_axes)
     self.last_num_steps: jax.Array | None = None   # decode steps of the latest call

@@ -65,11 +65,7 @@ from botjax.sampling.filtering import draw as draw_tokens
 from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
                                     generate_args)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache
-
-
-def _split_model(model: Any):
-  from botjax.sampling.sampler import _split_model as split   # one definition of the rule
-  return split(model)
+from botjax.sampling.sampler import engine_parts
 
 
 def _prefill_bucket(u: int, slots: int) -> int:
@@ -368,15 +364,8 @@ class SlotEngine:
                sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
                chunk_steps: int = 8, block_size: int = 32, tile_blocks: int = 128,
                cache_dtype: Any = None, lanes: int | None = None, mesh=None):
-    if not isinstance(sampling_config, SamplingConfig):
-      raise TypeError(f"sampling_config must be a SamplingConfig, got "
-                      f"{type(sampling_config).__name__}")
-    self.graphdef, self.params = _split_model(model)
-    if model_config is None:
-      model_config = getattr(model, "config", None)
-      if model_config is None:
-        raise ValueError("model_config is None and the model has no `config` attribute")
-    self.model_config = model_config
+    self.graphdef, self.params, self.model_config, self.cache_dtype = engine_parts(
+        model, model_config, sampling_config, cache_dtype)
     self.config = sampling_config
     self.mesh = mesh
     for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
@@ -390,14 +379,6 @@ class SlotEngine:
     self.num_slots, self.chunk_steps, self.block_size = num_slots, chunk_steps, block_size
     self.tile_blocks = tile_blocks
     self.lanes = [_Lane(self, i, num_slots // lanes) for i in range(lanes)]
-    if cache_dtype is None:
-      cache_dtype = getattr(model, "dtype", jnp.float32)
-    self.cache_dtype = jnp.dtype(cache_dtype)
-    vocab = model_config.vocab_size
-    for i in sampling_config.all_stop_ids + (sampling_config.pad_token_id,):
-      if i >= vocab:
-        raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
-                         f"[0, {vocab})")
     self.last_stats: SlotStats | None = None
     self._pool = None
     self._refill_jit = xla_cpu.jit(self._refill_impl, decode=True,
