@@ -38,8 +38,8 @@ from botjax.models.sharding import constrain
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import draw as draw_tokens
-from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
-                                    generate_args)
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, checked_prompts,
+                                    extra_stop_ids, generate_args)
 
 _BATCH_AXES = ("data", "fsdp")
 
@@ -79,6 +79,17 @@ def engine_parts(model: Any, model_config: Any, sampling_config: Any,
       raise ValueError(f"token id {i} in the sampling config is outside the vocabulary "
                        f"[0, {vocab})")
   return graphdef, params, model_config, jnp.dtype(cache_dtype)
+
+
+def call_params(held: Any, params: Any, what: str) -> Any:
+  """The parameters of one `generate` call: `params` (a module's state) or, when None, the ones
+  the engine holds. Raises ValueError when there are none."""
+  params = held if params is None else params
+  if isinstance(params, nnx.Module):
+    params = nnx.state(params)
+  if params is None:
+    raise ValueError(f"this {what} holds no parameters: pass params=")
+  return params
 
 
 def _repeat_cache(cache: KVCache, n: int) -> KVCache:
@@ -204,17 +215,9 @@ class Sampler:
     """
     cfg = self.config
     prompts, max_new = generate_args(prompts, n, max_new_tokens, cfg.max_new_tokens)
-    params = self.params if params is None else params
-    if isinstance(params, nnx.Module):
-      params = nnx.state(params)
-    if params is None:
-      raise ValueError("this sampler holds no parameters: pass params=")
+    params = call_params(self.params, params, "sampler")
     vocab = self.model_config.vocab_size
-    prompts = [list(map(int, p)) for p in prompts]
-    for i, p in enumerate(prompts):
-      bad = [t for t in p if not 0 <= t < vocab]
-      if bad:
-        raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
+    prompts = checked_prompts(prompts, vocab, allow_empty=True)
     num = len(prompts)
     pb, lp, tb = self.buckets(num, max(len(p) for p in prompts), int(max_new), n)
 

@@ -62,10 +62,10 @@ from botjax.models.cache import KVCache
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import draw as draw_tokens
-from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
-                                    generate_args)
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, checked_prompts,
+                                    extra_stop_ids, generate_args)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache
-from botjax.sampling.sampler import engine_parts
+from botjax.sampling.sampler import call_params, engine_parts
 
 
 def _prefill_bucket(u: int, slots: int) -> int:
@@ -439,19 +439,9 @@ class SlotEngine:
                          f"{budgets.shape[0]} values")
     if budgets.min() < 1:
       raise ValueError(f"max_new_tokens must be >= 1, got {int(budgets.min())}")
-    params = self.params if params is None else params
-    if isinstance(params, nnx.Module):
-      params = nnx.state(params)
-    if params is None:
-      raise ValueError("this engine holds no parameters: pass params=")
+    params = call_params(self.params, params, "engine")
     vocab = self.model_config.vocab_size
-    prompts = [list(map(int, p)) for p in prompts]
-    for i, p in enumerate(prompts):
-      if not p:
-        raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-      bad = [t for t in p if not 0 <= t < vocab]
-      if bad:
-        raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
+    prompts = checked_prompts(prompts, vocab)
     extra = extra_stop_ids(stop_token_ids, num, vocab)
     width = bucket_size(max(1, len(cfg.all_stop_ids) + max(len(s) for s in extra)), minimum=4,
                         name="number of stop ids")

@@ -68,8 +68,8 @@ from botjax.models import families
 from botjax.models.logprobs import token_logprobs
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
-from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, extra_stop_ids,
-                                    generate_args)
+from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, checked_prompts,
+                                    extra_stop_ids, generate_args)
 
 log = logging.getLogger(__name__)
 
@@ -799,13 +799,7 @@ class VLLMEngine:
     cfg = self.config
     prompts, max_new = generate_args(prompts, n, max_new_tokens, cfg.max_new_tokens)
     vocab = self.model_config.vocab_size
-    prompts = [list(map(int, p)) for p in prompts]
-    for i, p in enumerate(prompts):
-      if not p:
-        raise ValueError(f"prompt {i} is empty")
-      bad = [t for t in p if not 0 <= t < vocab]
-      if bad:
-        raise ValueError(f"prompt {i} holds token ids {bad[:5]} outside [0, {vocab})")
+    prompts = checked_prompts(prompts, vocab)
     num = len(prompts)
     extra = extra_stop_ids(stop_token_ids, num, vocab)
     stops = [list(dict.fromkeys(list(cfg.all_stop_ids) + s)) for s in extra]

@@ -43,3 +43,13 @@ def test_sampling_config_properties_and_validation():
     name = next(iter(bad))
     with pytest.raises((ValueError, TypeError), match=name):
       SamplingConfig(**bad)
+
+
+def test_checked_prompts_names_the_bad_prompt():
+  from botjax.sampling.output import checked_prompts
+  assert checked_prompts([(3, 4), np.array([5])], 8) == [[3, 4], [5]]
+  with pytest.raises(ValueError, match=r"prompt 1 holds token ids \[8, -1\] outside \[0, 8\)"):
+    checked_prompts([[1], [8, 2, -1]], 8)
+  with pytest.raises(ValueError, match="prompt 0 is empty"):
+    checked_prompts([[]], 8)
+  assert checked_prompts([[]], 8, allow_empty=True) == [[]]
