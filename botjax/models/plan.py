@@ -210,9 +210,9 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
     rules: logical-axis rules.
     compute_flops: compile the step abstractly for its FLOPs (seconds for a 3B model).
     kv_slots: sampling with the slot engine (`botjax.sampling.SlotEngine`): its number of
-      slots, whose pool of `seq_len` slots each every device holds whole (the pool is not
-      sharded); 0: the lockstep sampler's cache of `batch_size` rows, sharded over the
-      batch axes.
+      slots, whose pool of `seq_len` slots each every device holds for its share of the KV
+      heads (heads over `tensor`, blocks not sharded); 0: the lockstep sampler's cache of
+      `batch_size` rows, sharded over the batch axes.
 
   Returns:
     A `DryRunPlan`.

@@ -55,10 +55,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from botjax import xla_cpu
 from botjax.models.attention import attention_implementation, cache_layout
 from botjax.models.cache import KVCache
+from botjax.models.sharding import logical_to_spec
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import draw as draw_tokens
@@ -127,11 +129,16 @@ class SlotStats:
     return self.useful_tokens / max(1, self.computed_token_steps)
 
 
-def _committed(tree):
-  """The arrays of `tree` committed to where they are: a pool kept from an earlier call is a
-  program's (committed) output, and a fresh one must be too, or the first refill of a later
-  call compiles the refill again for the other kind of argument."""
-  return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+def _committed(tree, sharding=None):
+  """The arrays of `tree` placed as the programs' outputs are: a pool kept from an earlier call
+  is a program's (committed) output, and a fresh one must be placed the same way, or the first
+  refill of a later call compiles the refill again for the other kind of argument. `sharding`
+  None commits each array to the device it is on (no mesh); under a mesh it is the sharding
+  the programs constrain their outputs to (`SlotEngine._pool_sharding`, `_state_sharding`):
+  jit refuses an array on one device of a multi-device mesh."""
+  if sharding is None:
+    return jax.tree.map(lambda x: jax.device_put(x, x.sharding), tree)
+  return jax.device_put(tree, sharding)
 
 
 class _Lane:
@@ -149,9 +156,9 @@ class _Lane:
     cfg = self.engine.model_config
     if (self.cache is None or self.cache.num_blocks != num_blocks
         or self.cache.layout != layout or self.cache.k.dtype != dtype):
-      self.cache = _committed(PagedKVCache.init(cfg, num_blocks=num_blocks,
-                                                block_size=block_size, dtype=dtype,
-                                                layout=layout))
+      pool = PagedKVCache.init(cfg, num_blocks=num_blocks, block_size=block_size, dtype=dtype,
+                               layout=layout)
+      self.cache = _committed(pool, self.engine._pool_sharding(pool))
     self.allocator = BlockAllocator(num_blocks)
 
   def run(self, call: "_Call") -> SlotStats:
@@ -170,7 +177,7 @@ class _Lane:
     plen = np.zeros((s_num,), np.int64)               # prompt length of each slot's request
     gen = np.zeros((s_num,), np.int64)                # tokens generated (host view)
     store_prompt = -1                                 # the prompt held in the store
-    state = call.init_state(s_num)
+    state = call.init_state(s_num, eng._state_sharding())
     jp = call.prompt_cols // bs
 
     def grow(s: int, upto: int) -> None:              # blocks covering positions < upto
@@ -322,7 +329,7 @@ class _Call:
     with self._lock:
       self.finished.append(req)
 
-  def init_state(self, s_num: int) -> dict:
+  def init_state(self, s_num: int, sharding=None) -> dict:
     return _committed({
         "tok": jnp.zeros((s_num,), jnp.int32),
         "pos": jnp.zeros((s_num,), jnp.int32),
@@ -333,7 +340,7 @@ class _Call:
         "rkey": jax.random.key_data(jax.random.split(jax.random.key(0), s_num)),
         "stops": jnp.full((s_num, self.stop_width), -1, jnp.int32),
         "store": None,
-    })
+    }, sharding)
 
 
 class SlotEngine:
@@ -531,7 +538,8 @@ class SlotEngine:
       dense = KVCache.init(cfg, batch_size=1, max_len=pblocks.shape[1] * cache.block_size,
                            dtype=self.cache_dtype, layout=cache.layout)
       state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
-                                            jnp.zeros((cfg.vocab_size,), jnp.float32))))
+                                            jnp.zeros((cfg.vocab_size,), jnp.float32)),
+                                           self._state_sharding()))
     return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rid, budget,
                      stops, pblocks, plens, store_src, key, new_prompts=u)
 
@@ -547,6 +555,30 @@ class SlotEngine:
   def _model(self, params):
     states = params if isinstance(params, (tuple, list)) else (params,)
     return nnx.merge(self.graphdef, *states)
+
+  def _pool_sharding(self, pool: PagedKVCache):
+    """Under a mesh: the pool's KV heads over `tensor` (as the attention's heads are; other
+    axes replicated, so every device holds every block of its heads), None without a mesh."""
+    if self.mesh is None:
+      return None
+    axes = [None] * pool.k.ndim
+    axes[1 + pool.layout.index("K")] = "act_kv_heads"
+    spec = list(logical_to_spec(axes, mesh=self.mesh, shape=pool.k.shape))
+    while spec and spec[-1] is None:   # as XLA writes the outputs' spec (P(None, None,
+      spec.pop()                        # 'tensor')), or the fast path keys a second entry
+    return jax.tree.map(lambda _: NamedSharding(self.mesh, PartitionSpec(*spec)), pool)
+
+  def _state_sharding(self):
+    """Under a mesh: the per-slot state and the prompt store replicated; None without one."""
+    return None if self.mesh is None else NamedSharding(self.mesh, PartitionSpec())
+
+  def _constrained(self, cache: PagedKVCache, state: dict) -> tuple[PagedKVCache, dict]:
+    """A program's pool and state, constrained to the shardings a fresh pool and state are
+    placed with, so that every call sees the same kind of argument (no mesh: as they are)."""
+    if self.mesh is None:
+      return cache, state
+    cache = jax.lax.with_sharding_constraint(cache, self._pool_sharding(cache))
+    return cache, jax.lax.with_sharding_constraint(state, self._state_sharding())
 
   def _refill_impl(self, params, cache, state, ids, lens, src, slot, rid, budget, stops,
                    pblocks, plens, store_src, key, *, new_prompts: int):
@@ -603,6 +635,7 @@ class SlotEngine:
         rkey=put(state["rkey"], jax.random.key_data(row_keys)),
         stops=put(state["stops"], stops),
         store=(src_k[:, store_src], src_v[:, store_src], src_logits[store_src]))
+    cache, state = self._constrained(cache, state)
     return cache, state, (d.tokens, d.logp, d.support)
 
   def _chunk_impl(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
@@ -656,6 +689,7 @@ class SlotEngine:
         cond, body, (jnp.int32(0), cache, st, outs))
     state = dict(state, **{name: state[name].at[rows].set(st[name], mode="drop")
                            for name in _PER_SLOT})
+    cache, state = self._constrained(cache, state)
     return cache, state, (*outs, steps_run, st["gen"], st["live"], st["stopped"])
 
 

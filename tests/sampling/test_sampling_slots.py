@@ -67,6 +67,27 @@ def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lane
     assert st.decode_steps >= lengths.sum() - len(lengths)
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, lanes):
+  """Parameters sharded over 8 devices (data:2,fsdp:2,tensor:2): the engine's fresh pool, state
+  and prompt store are placed on the mesh like its programs' outputs (an array on one device
+  of the mesh is refused by jit), the samples are the single-device sampler's, and a second
+  call compiles nothing."""
+  from botjax.models.sharding import make_mesh, shard_model
+  mesh = make_mesh("data:2,fsdp:2,tensor:2")
+  sharded = shard_model(bm.Decoder(CFG, rngs=nnx.Rngs(0)), mesh)
+  engine = SlotEngine(sharded, CFG, SC, num_slots=8, lanes=lanes, mesh=mesh, **SMALL)
+  out = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(reference.tokens))
+  np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(reference.lengths))
+  mask = np.asarray(reference.mask)
+  np.testing.assert_allclose(np.asarray(out.logp)[mask], np.asarray(reference.logp)[mask],
+                             atol=1e-5)
+  compiled = engine.num_compiled()
+  engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)   # the same schedule
+  assert engine.num_compiled() == compiled
+
+
 def test_same_samples_with_the_portable_attention_and_a_layer_scan():
   """The "xla" attention's pool layout ([layers, NB, bs, K, H]) and a scanned decoder."""
   cfg = dataclasses.replace(CFG, attention="xla")
