@@ -12,6 +12,14 @@ local devices), so the host never holds the full model. Then:
     random prompts of `--prompt_len` tokens, with no stop token, so every row generates exactly
     `--new_tokens` tokens (checked). tokens/s = generated tokens / seconds of a warm call
     (prefill included); the compile time is the first call minus the warm call.
+(a') with `--skewed`: the same prompts with completion lengths spread as RL answers spread,
+    row i forced to L_i tokens, L_i from a seeded log-normal (median `--skew_median`, sigma 0.9,
+    clipped to [8, `--new_tokens`]). The lockstep `Sampler` decodes every row until the longest
+    stops (its cache sized for `--new_tokens`); the slot engine (`botjax.sampling.SlotEngine`,
+    `--slots` decode slots over a paged pool, refilled between chunks) stops each row at L_i.
+    Useful tokens/s (Σ L_i / seconds of a warm call) of both, their ratio, the share of
+    computed token-steps that were useful, the KV bytes (the sampler's cache, the engine's
+    pool), compile times and the engine's program count.
 (b) training: one `botjax.train.step` update (the trainer's jitted `make_update_fn`: chunked
     log-probs, the `--recipe` surrogate, AdamW) on `--train_seqs` sequences of `--train_len`
     tokens (half prompt, half completion) in `--micro` micro-batches, blocks rematerialised
@@ -59,6 +67,10 @@ flags.DEFINE_integer("prompts", 64, "Rollout: prompts per call.")
 flags.DEFINE_integer("samples", 8, "Rollout: completions per prompt.")
 flags.DEFINE_integer("prompt_len", 256, "Rollout: tokens per random prompt.")
 flags.DEFINE_integer("new_tokens", 512, "Rollout: generated tokens per completion (all of them).")
+flags.DEFINE_bool("skewed", False, "Also time length-skewed rollouts: the lockstep Sampler "
+                  "against the slot engine on log-normal completion lengths.")
+flags.DEFINE_float("skew_median", 96.0, "--skewed: median completion length (sigma 0.9).")
+flags.DEFINE_integer("slots", 128, "--skewed: decode slots of the slot engine.")
 flags.DEFINE_integer("train_seqs", 512, "Training: sequences per step.")
 flags.DEFINE_integer("train_len", 1024, "Training: tokens per sequence (half of them completion).")
 flags.DEFINE_integer("micro", 16, "Training: micro-batches per step (gradient accumulation).")
@@ -73,6 +85,7 @@ flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
 flags.DEFINE_integer("seed", 0, "Seed of the weights, prompts and batch.")
 
 TINY = {"model": "tiny", "prompts": 4, "samples": 2, "prompt_len": 16, "new_tokens": 16,
+        "slots": 4, "skew_median": 6.0,
         "train_seqs": 8, "train_len": 64, "micro": 2, "chunk": 16}
 
 # Dense bf16 peak FLOP/s per device, matched in order against the lower-cased device kind.
@@ -140,9 +153,11 @@ def resolve_sizes() -> dict:
       if not FLAGS[name].present:
         sizes[name] = value
   for name in ("prompts", "samples", "prompt_len", "new_tokens", "train_seqs", "train_len",
-               "micro", "chunk"):
+               "micro", "chunk", "slots"):
     if sizes[name] < 1:
       raise UserError(f"--{name}={sizes[name]} must be a positive integer")
+  if not sizes["skew_median"] > 0:
+    raise UserError(f"--skew_median={sizes['skew_median']} must be positive")
   if sizes["train_len"] < 2:
     raise UserError(f"--train_len={sizes['train_len']} must be at least 2 (prompt + completion)")
   if sizes["train_seqs"] % sizes["micro"]:
@@ -214,6 +229,63 @@ def bench_rollout(model, cfg, mesh, sizes, dtype, seed: int) -> dict:
   del out
   return {"rollout_tokens": tokens, "rollout_s": warm, "rollout_tokens_per_s": tokens / warm,
           "rollout_first_call_s": first, "compile_sampler_s": max(first - warm, 0.0)}
+
+
+def skewed_lengths(rows: int, budget: int, median: float, seed: int) -> list[int]:
+  """[rows] completion lengths: a seeded log-normal (median, sigma 0.9) clipped to [8, budget]
+  (to [1, budget] when the budget is under 8)."""
+  import numpy as np
+  drawn = np.exp(np.log(median) + 0.9 * np.random.default_rng(seed).standard_normal(rows))
+  return np.clip(np.round(drawn), min(8, budget), budget).astype(int).tolist()
+
+
+def bench_skewed(model, cfg, mesh, sizes, dtype, seed: int) -> dict:
+  """(a'): useful tokens/s of the lockstep Sampler and the slot engine on skewed lengths."""
+  import jax
+  import numpy as np
+  from botjax.sampling import Sampler, SamplingConfig, SlotEngine
+  P, n, Lp, T = sizes["prompts"], sizes["samples"], sizes["prompt_len"], sizes["new_tokens"]
+  sc = SamplingConfig(temperature=1.0, max_new_tokens=T, eos_token_ids=(), pad_token_id=0,
+                      prompt_len_buckets=(Lp,), gen_len_buckets=(T,))
+  rng = np.random.default_rng(seed + 1)
+  prompts = rng.integers(1, cfg.vocab_size, size=(P, Lp)).tolist()
+  lengths = skewed_lengths(P * n, T, sizes["skew_median"], seed + 2)
+  useful = int(sum(lengths))
+  sampler = Sampler(model, cfg, sc, mesh=mesh, cache_dtype=dtype)
+  engine = SlotEngine(model, cfg, sc, num_slots=sizes["slots"], mesh=mesh, cache_dtype=dtype)
+
+  def timed(fn, i):
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(jax.random.key(seed + i)))
+    return out, time.perf_counter() - start
+
+  def static(key):
+    return sampler.generate(prompts, key, n=n, max_new_tokens=max(lengths))
+
+  def slots(key):
+    return engine.generate(prompts, key, n=n, max_new_tokens=lengths)
+
+  _, s_first = timed(static, 0)
+  _, s_warm = timed(static, 1)
+  _, e_first = timed(slots, 0)
+  out, e_warm = timed(slots, 1)
+  got = np.asarray(out.lengths).tolist()
+  if got != lengths:
+    raise RuntimeError("the slot engine did not stop every row at its forced length")
+  st = engine.last_stats
+  del out
+  kv_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * np.dtype(dtype).itemsize
+  return {"skewed_useful_tokens": useful, "skewed_max_len": max(lengths),
+          "skewed_median_len": float(np.median(lengths)),
+          "skewed_static_s": s_warm, "skewed_static_tokens_per_s": useful / s_warm,
+          "skewed_static_utilisation": useful / (P * n * max(lengths)),
+          "skewed_static_kv_bytes": P * n * (Lp + T) * kv_token,
+          "skewed_engine_s": e_warm, "skewed_engine_tokens_per_s": useful / e_warm,
+          "skewed_engine_utilisation": st.utilisation, "skewed_engine_kv_bytes": st.pool_bytes,
+          "skewed_engine_vs_static": s_warm / e_warm,
+          "compile_skewed_static_s": max(s_first - s_warm, 0.0),
+          "compile_skewed_engine_s": max(e_first - e_warm, 0.0),
+          "skewed_engine_programs": engine.num_compiled()}
 
 
 def make_batch(cfg, mesh, rows: int, length: int, seed: int, abstract: bool = False):
@@ -354,7 +426,7 @@ def run() -> dict:
              "mesh": dict(mesh.shape), "peak_flops_per_device": peak,
              "peak_flops_source": peak_source}
   config = {"model": sizes["model"], "dtype": FLAGS.dtype, "remat": FLAGS.remat,
-            "scan_layers": FLAGS.scan_layers,
+            "scan_layers": FLAGS.scan_layers, "skewed": FLAGS.skewed,
             "recipe": FLAGS.recipe, **{k: v for k, v in sizes.items() if k != "model"}}
   print(f"machine: {machine['host']}")
   print(f"jax {jax.__version__} on {device.platform}: {jax.local_device_count()} x "
@@ -365,6 +437,8 @@ def run() -> dict:
   model, init_s = init_model(cfg, mesh, dtype, FLAGS.remat, FLAGS.seed, FLAGS.scan_layers)
   results = {"compile_init_s": init_s}
   results.update(bench_rollout(model, cfg, mesh, sizes, dtype, FLAGS.seed))
+  if FLAGS.skewed:
+    results.update(bench_skewed(model, cfg, mesh, sizes, dtype, FLAGS.seed))
   results["peak_memory_after_rollout_bytes"] = peak_memory()
   # The update donates the parameters the sampler holds: the rollout must come first.
   results.update(bench_train(model, cfg, mesh, sizes, FLAGS.seed))
@@ -380,6 +454,23 @@ def run() -> dict:
   rows = [
       (f"rollout {P} prompts x {n} samples x {T} new tokens",
        f"{results['rollout_tokens_per_s']:,.1f} tokens/s ({results['rollout_s']:.3f} s)"),
+  ]
+  if FLAGS.skewed:
+    r = results
+    rows += [
+        (f"skewed rollout {P} x {n}, lengths median {r['skewed_median_len']:.0f} max "
+         f"{r['skewed_max_len']}: lockstep",
+         f"{r['skewed_static_tokens_per_s']:,.1f} useful tokens/s ({r['skewed_static_s']:.3f} s,"
+         f" utilisation {r['skewed_static_utilisation']:.2f}, KV "
+         f"{fmt_bytes(r['skewed_static_kv_bytes'])})"),
+        (f"skewed rollout: slot engine ({sizes['slots']} slots)",
+         f"{r['skewed_engine_tokens_per_s']:,.1f} useful tokens/s ({r['skewed_engine_s']:.3f} s,"
+         f" {r['skewed_engine_vs_static']:.2f}x lockstep, utilisation "
+         f"{r['skewed_engine_utilisation']:.2f}, KV pool {fmt_bytes(r['skewed_engine_kv_bytes'])},"
+         f" {r['skewed_engine_programs']} programs, compile "
+         f"{r['compile_skewed_engine_s']:.2f} s)"),
+    ]
+  rows += [
       (f"train step {sizes['train_seqs']} x {sizes['train_len']} tokens, {sizes['micro']} micro",
        f"{step:.3f} s ({results['train_tokens_per_s']:,.1f} tokens/s)"),
       ("FLOPs per train step", f"{results['flops_per_step']:.3e} ({results['flops_source']})"),

@@ -18,7 +18,7 @@ def _run(*args, timeout=300):
 @pytest.mark.e2e   # run end to end as a user runs it (so also slow); .ci/run runs these
 def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
   path = tmp_path / "out" / "accel.json"
-  r = _run("--tiny", f"--json={path}")
+  r = _run("--tiny", "--skewed", f"--json={path}")
   assert r.returncode == 0, r.stderr[-3000:]
   for row in ("rollout 4 prompts x 2 samples x 16 new tokens", "train step 8 x 64 tokens, 2 micro",
               "FLOPs per train step", "MFU", "peak device memory", "compile: sampler",
@@ -32,6 +32,16 @@ def test_tiny_run_prints_the_table_and_writes_json(tmp_path):
               "compile_train_step_s"):
     assert math.isfinite(res[key]) and res[key] > 0, (key, res[key])
   assert res["compile_sampler_s"] >= 0
+  # --skewed: the lockstep sampler and the slot engine on the same forced, spread lengths
+  assert "skewed rollout: slot engine (4 slots)" in r.stdout, r.stdout
+  lengths = res["skewed_useful_tokens"]
+  assert 4 * 2 <= lengths < 4 * 2 * 16 and res["skewed_max_len"] <= 16
+  for key in ("skewed_static_tokens_per_s", "skewed_engine_tokens_per_s",
+              "skewed_engine_vs_static", "skewed_engine_kv_bytes", "skewed_static_kv_bytes"):
+    assert math.isfinite(res[key]) and res[key] > 0, (key, res[key])
+  assert 0 < res["skewed_static_utilisation"] < 1 and 0 < res["skewed_engine_utilisation"] <= 1
+  assert res["skewed_engine_utilisation"] > res["skewed_static_utilisation"]
+  assert 2 <= res["skewed_engine_programs"] <= 8
   assert res["rollout_tokens"] == 4 * 2 * 16 and res["train_tokens"] == 8 * 64
   # the layers are scanned (the 3B presets' default); XLA counts a loop body once, so the
   # FLOPs come from the unrolled twin: hardware FLOPs of a rematerialised step, ~8·N·tokens
@@ -46,3 +56,5 @@ def test_bad_sizes_exit_2_naming_the_flag():
   r = _run("--tiny", "--micro=3", timeout=120)
   assert r.returncode == 2
   assert "--micro=3" in r.stderr and "Traceback" not in r.stderr
+  r = _run("--tiny", "--skewed", "--slots=0", timeout=120)
+  assert r.returncode == 2 and "--slots=0" in r.stderr and "Traceback" not in r.stderr
