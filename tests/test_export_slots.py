@@ -1,8 +1,9 @@
 """Cross-platform lowering of the slot engine's two programs (refill and decode chunk), exported
 with `jax.export` for TPU and CUDA from this CPU host, as tests/test_export.py does for the
 sampler: Qwen2.5-3B's width, heads and vocabulary at 2 layers, bf16 parameters sharded on an
-`fsdp:8` mesh, the paged pool's blocks sharded over `fsdp`, `attention="xla"` (the portable
-implementation; the pool then has the `[layers, NB, bs, K, H]` layout).
+`fsdp:4,tensor:2` mesh, the paged pool placed as the engine places it (its KV heads over
+`tensor`), `attention="xla"` (the portable implementation; the pool then has the
+`[layers, NB, bs, K, H]` layout).
 
 Checked in the StableHLO text: no CPU-only piece (`botjax.models.attention_cpu`, or
 `botjax.xla_cpu`'s folded reductions, whose CPU branch is not lowered for TPU or CUDA).
@@ -16,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 import botjax.models as bm
 from botjax.models import sharding as sh
@@ -31,7 +32,7 @@ S, BS, NB, LP, W = 16, 16, 64, 32, 4        # slots, block size, pool blocks, pr
 
 @pytest.fixture(scope="module")
 def setup():
-  mesh = sh.make_mesh("fsdp:8")
+  mesh = sh.make_mesh("fsdp:4,tensor:2")
   cfg = dataclasses.replace(bm.get_config("qwen2.5-3b"), num_layers=2, attention="xla")
   model = nnx.eval_shape(lambda: bm.Decoder(cfg, rngs=nnx.Rngs(0), dtype=jnp.bfloat16,
                                             param_dtype=jnp.bfloat16))
@@ -46,8 +47,9 @@ def setup():
                       cache_dtype=jnp.bfloat16, mesh=mesh)
   pool = jax.eval_shape(lambda: PagedKVCache.init(cfg, num_blocks=NB, block_size=BS,
                                                   dtype=jnp.bfloat16, layout="BSKH"))
-  blocks = NamedSharding(mesh, P(None, "fsdp"))
-  kv = jax.ShapeDtypeStruct(pool.k.shape, pool.k.dtype, sharding=blocks)
+  heads = engine._pool_sharding(pool).k
+  assert heads.spec == P(None, None, None, "tensor")      # [layers, NB, bs, K, H]: K over tensor
+  kv = jax.ShapeDtypeStruct(pool.k.shape, pool.k.dtype, sharding=heads)
   pool = pool.replace(k=kv, v=kv)
   i32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.int32)
   state = {"tok": i32((S,)), "pos": i32((S,)), "gen": i32((S,)), "budget": i32((S,)),
