@@ -42,12 +42,12 @@ def generate_args(prompts, n, max_new_tokens, default_max_new_tokens):
   return prompts, int(max_new)
 
 
-def checked_prompts(prompts, vocab_size: int, *, allow_empty: bool = False) -> list[list[int]]:
-  """A `generate` call's prompts as lists of ints, checked: every id in [0, vocab_size), and no
-  empty prompt unless `allow_empty`. Raises ValueError naming the prompt and its bad ids."""
+def checked_prompts(prompts, vocab_size: int) -> list[list[int]]:
+  """A `generate` call's prompts as lists of ints, checked: none empty, every id in
+  [0, vocab_size). Raises ValueError naming the prompt and its bad ids."""
   prompts = [list(map(int, p)) for p in prompts]
   for i, p in enumerate(prompts):
-    if not p and not allow_empty:
+    if not p:
       raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
     bad = [t for t in p if not 0 <= t < vocab_size]
     if bad:

@@ -217,7 +217,7 @@ class Sampler:
     prompts, max_new = generate_args(prompts, n, max_new_tokens, cfg.max_new_tokens)
     params = call_params(self.params, params, "sampler")
     vocab = self.model_config.vocab_size
-    prompts = checked_prompts(prompts, vocab, allow_empty=True)
+    prompts = checked_prompts(prompts, vocab)
     num = len(prompts)
     pb, lp, tb = self.buckets(num, max(len(p) for p in prompts), int(max_new), n)
 

@@ -17,6 +17,7 @@ step-0 row), the others skip it.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import os
@@ -45,8 +46,9 @@ class StepInfo:
   evaluated: bool = False
 
 
-class Hook:
-  """A side job run every `every` steps (and on the run's last step); `every` <= 0 never."""
+class Hook(abc.ABC):
+  """A side job run every `every` steps (and on the run's last step); `every` <= 0 never.
+  Subclasses define `__call__(info)`; `due`, `start` and `end` have defaults."""
 
   def __init__(self, every: int = 1):
     self.every = int(every)
@@ -57,8 +59,9 @@ class Hook:
   def start(self, trainer) -> None:
     """Called once before the first step of `run`."""
 
+  @abc.abstractmethod
   def __call__(self, info: StepInfo) -> None:
-    raise NotImplementedError
+    """The side job of a due step."""
 
   def end(self, trainer) -> None:
     """Called once after `run`'s last step (also when it stops on an error)."""

@@ -52,4 +52,3 @@ def test_checked_prompts_names_the_bad_prompt():
     checked_prompts([[1], [8, 2, -1]], 8)
   with pytest.raises(ValueError, match="prompt 0 is empty"):
     checked_prompts([[]], 8)
-  assert checked_prompts([[]], 8, allow_empty=True) == [[]]
