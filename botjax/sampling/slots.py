@@ -36,6 +36,10 @@ Randomness: request r draws its t-th token with key `fold_in(fold_in(key, r), t)
 the lockstep sampler and under this engine with any number of slots, lanes or refill order
 (up to float rounding of the logits, which differ between the programs by ~1e-6).
 
+`generate_groups` lets the caller extend the queue while it runs: each prompt's n rows are
+handed to a callback as soon as they have all finished, and the prompts it returns are queued
+(DAPO's dynamic sampling asks for its extra groups this way, `botjax.train.rollouts`).
+
 On small CPU hosts the slots are split into `lanes` independent halves, each with its own
 pool, run by as many host threads from the one queue (`botjax.xla_cpu.default_host_threads`):
 a decode step of this size leaves a core idle, as for the `Sampler`.
@@ -191,14 +195,16 @@ class _Lane:
     while True:
       # -- refill: the next requests take the free slots -------------------------------------
       free = [s for s in range(s_num) if active[s] is None]
-      taken = call.take(len(free)) if free else []
+      taken = call.take(len(free), idle=len(free) == s_num) if free else []
+      if call.stopped():
+        break
       first = None
       if taken:
         sources: dict[int, int] = {}
         new_prompts: list[int] = []
         src = np.zeros((s_num,), np.int32)
         slot_idx = np.full((s_num,), s_num, np.int32)  # padding rows: slot S (dropped)
-        rid = np.zeros((s_num,), np.int32)
+        rkeys = np.zeros((s_num,) + call.row_keys.shape[1:], call.row_keys.dtype)
         budget = np.ones((s_num,), np.int32)
         stops = np.full((s_num, call.stop_width), -1, np.int32)
         pblocks = np.full((s_num, jp), trash, np.int32)
@@ -213,7 +219,8 @@ class _Lane:
           m = call.prompt_lens[req.prompt]
           plen[s], gen[s] = m, 1
           grow(s, m)
-          slot_idx[i], rid[i], budget[i], plens[i] = s, req.rid, req.budget, m
+          slot_idx[i], budget[i], plens[i] = s, req.budget, m
+          rkeys[i] = call.row_keys[req.rid]
           stops[i] = call.stops[req.prompt]
           pblocks[i, :len(blocks[s])] = blocks[s]
         ids = lens = None
@@ -226,8 +233,8 @@ class _Lane:
         store_src = int(src[len(taken) - 1])
         store_prompt = taken[-1].prompt
         self.cache, state, first = eng._refill(
-            call.params, self.cache, state, ids, lens, src, slot_idx, rid, budget, stops,
-            pblocks, plens, np.int32(store_src), call.key)
+            call.params, self.cache, state, ids, lens, src, slot_idx, rkeys, budget, stops,
+            pblocks, plens, np.int32(store_src))
         stats.refills += 1
         stats.prefilled_prompts += len(new_prompts)
         stats.computed_token_steps += len(taken)
@@ -298,36 +305,94 @@ _PER_SLOT = ("tok", "pos", "gen", "budget", "live", "stopped", "rkey", "stops")
 
 
 class _Call:
-  """One `generate` call's shared queue and per-prompt inputs."""
+  """One `generate` call's shared queue and per-prompt inputs.
 
-  def __init__(self, *, params, key, prompts, n, stops, stop_width, prompt_cols,
-               wtab_width, blocks_per_row, pad, truncated, requests):
-    self.params, self.key, self.n = params, key, n
+  With `on_group` (`SlotEngine.generate_groups`), the last request of a prompt to finish hands
+  that prompt's n rows to `on_group`, whose answer (more prompt indices) joins the queue; a lane
+  whose slots are empty then waits while requests are in flight elsewhere, since they may add
+  work. An exception raised by `on_group` stops every lane and is raised by the call."""
+
+  def __init__(self, *, params, prompts, n, stops, stop_width, prompt_cols, wtab_width,
+               blocks_per_row, pad, truncated, row_keys, budgets, start, on_group=None):
+    self.params, self.n = params, n
     self.blocks_per_row = blocks_per_row
     self.prompt_cols, self.pad = prompt_cols, pad
     self.stop_width, self.wtab_width = stop_width, wtab_width
     self.truncated = truncated
+    self.row_keys, self.budgets = row_keys, budgets
     self.prompt_lens = np.asarray([len(p) for p in prompts], np.int32)
     self.right_padded = np.full((len(prompts), prompt_cols), pad, np.int32)
     for i, p in enumerate(prompts):
       self.right_padded[i, :len(p)] = p
     self.stops = stops
-    self._queue = collections.deque(requests)
-    self._lock = threading.Lock()
+    self.on_group = on_group
+    self._queue: collections.deque[_Request] = collections.deque()
+    self._cond = threading.Condition()
+    self._in_flight = 0
+    self._left = np.zeros((len(prompts),), np.int64)       # unfinished requests per prompt
+    self._rows: dict[int, list[_Request]] = {}
+    self.queued: list[int] = []                              # prompts queued, in order
+    self.error: BaseException | None = None
     self.finished: list[_Request] = []
+    self._add(start)
+
+  def _add(self, prompts) -> None:
+    """Queues the n requests of each prompt (under the lock, or before any lane runs)."""
+    num = len(self.prompt_lens)
+    for p in prompts:
+      p = int(p)
+      if not 0 <= p < num:
+        raise ValueError(f"prompt index {p} is outside [0, {num})")
+      if p in self._rows:
+        raise ValueError(f"prompt {p} was queued twice")
+      self._rows[p] = []
+      self.queued.append(p)
+      self._left[p] = self.n
+      for s in range(self.n):
+        rid = p * self.n + s
+        self._queue.append(_Request(rid=rid, prompt=p, budget=int(self.budgets[rid])))
 
   def waiting(self) -> bool:
     """Whether a request waits for a slot."""
-    with self._lock:
+    with self._cond:
       return bool(self._queue)
 
-  def take(self, k: int) -> list[_Request]:
-    with self._lock:
-      return [self._queue.popleft() for _ in range(min(k, len(self._queue)))]
+  def take(self, k: int, *, idle: bool = False) -> list[_Request]:
+    """Up to k requests from the queue. `idle` (the lane has no live slot): with `on_group`,
+    waits while the queue is empty and requests are in flight, which may queue more."""
+    with self._cond:
+      if idle and self.on_group is not None:
+        self._cond.wait_for(lambda: self._queue or not self._in_flight or self.error)
+      if self.error is not None:
+        return []
+      out = [self._queue.popleft() for _ in range(min(k, len(self._queue)))]
+      self._in_flight += len(out)
+      return out
+
+  def stopped(self) -> bool:
+    """Whether an `on_group` call failed (every lane then stops)."""
+    return self.error is not None
 
   def done(self, req: _Request) -> None:
-    with self._lock:
+    """Records a finished request; the last of its prompt's n calls `on_group`."""
+    group = None
+    with self._cond:
       self.finished.append(req)
+      self._rows[req.prompt].append(req)
+      self._left[req.prompt] -= 1
+      if self._left[req.prompt] == 0 and self.on_group is not None:
+        group = sorted(self._rows[req.prompt], key=lambda r: r.rid)
+    if group is not None and self.error is None:
+      try:
+        more = self.on_group(req.prompt, group)
+        with self._cond:
+          self._add(more or ())
+      except BaseException as e:  # noqa: BLE001 - handed to the caller of generate
+        with self._cond:
+          self.error = self.error or e
+    with self._cond:
+      self._in_flight -= 1
+      self._cond.notify_all()
 
   def init_state(self, s_num: int, sharding=None) -> dict:
     return _committed({
@@ -431,6 +496,53 @@ class SlotEngine:
       `SampleOutput` with B = P·n rows (prompt p's rows adjacent), prompt columns and
       generated columns T bucketed as the `Sampler` buckets them.
     """
+    call, shapes = self._call(prompts, key, n=n, max_new_tokens=max_new_tokens, params=params,
+                              stop_token_ids=stop_token_ids, start=None, on_group=None)
+    self._serve(call)
+    return self._assemble(call, call.queued, *shapes)
+
+  def generate_groups(self, prompts: Sequence[Sequence[int]], key: jax.Array, *, n: int,
+                      start: Sequence[int], on_group, row_keys: Any = None,
+                      max_new_tokens: int | Sequence[int] | None = None, params: Any = None,
+                      stop_token_ids: Sequence[Sequence[int]] | None = None,
+                      ) -> tuple[SampleOutput, np.ndarray]:
+    """Samples groups of n completions while the caller decides, group by group, what to
+    sample next: the prompts `start` are queued first; when the n rows of a prompt p have all
+    finished, `on_group(p, out)` is called (on a lane's host thread, one call at a time per
+    lane) with `out`, a host-array `SampleOutput` of those n rows, and the prompt indices it
+    returns join the same queue. The slots stay busy meanwhile: this is how DAPO's dynamic
+    sampling asks for more groups without another batch (`botjax.train.rollouts`).
+
+    Args:
+      prompts: C candidate prompts (token-id lists); only the queued ones are sampled.
+      key: a PRNG key; request (p, s) draws with `fold_in(key, p·n + s)` unless `row_keys`.
+      n: completions per prompt.
+      start: prompt indices queued first, in order.
+      on_group: `on_group(p: int, out: SampleOutput) -> Sequence[int]`, the prompts to queue
+        next (each index at most once in a call); an exception it raises stops the call and is
+        raised here.
+      row_keys: optional C·n PRNG keys (typed keys or their key data), row p·n + s's key.
+      max_new_tokens, params, stop_token_ids: as for `generate` (per-row budgets and stop
+        ids indexed over the C candidates).
+
+    Returns:
+      (out, queued): `SampleOutput` of the queued prompts in index order (group g = the g-th
+      of `queued`, B = len(queued)·n rows) and `queued` [len] int, sorted.
+    """
+    if not callable(on_group):
+      raise ValueError(f"on_group must be callable, got {on_group!r}")
+    call, shapes = self._call(prompts, key, n=n, max_new_tokens=max_new_tokens, params=params,
+                              stop_token_ids=stop_token_ids, start=list(start),
+                              on_group=on_group, row_keys=row_keys)
+    self._serve(call)
+    if call.error is not None:
+      raise call.error
+    queued = np.asarray(sorted(call.queued), np.int64)
+    return self._assemble(call, queued, *shapes), queued
+
+  def _call(self, prompts, key, *, n, max_new_tokens, params, stop_token_ids, start, on_group,
+            row_keys=None) -> tuple[_Call, tuple]:
+    """A call's checked inputs as a `_Call`, and (prompts, prompt bucket, generation bucket)."""
     cfg = self.config
     per_row = not (max_new_tokens is None or isinstance(max_new_tokens, (int, np.integer)))
     prompts, max_new = generate_args(prompts, n, None if per_row else max_new_tokens,
@@ -462,16 +574,32 @@ class SlotEngine:
                      name="max_new_tokens")
     bs = self.block_size
     cols = -(-lp // bs) * bs                      # prompt columns of the prefill: whole blocks
-    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
-      key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
-    requests = [_Request(rid=p * n + s, prompt=p, budget=int(budgets[p * n + s]))
-                for p in range(num) for s in range(n)]
+    if row_keys is None:
+      if not (isinstance(key, jax.Array)
+              and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
+      row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(rows))
+    elif not (isinstance(row_keys, jax.Array)
+              and jax.dtypes.issubdtype(row_keys.dtype, jax.dtypes.prng_key)):
+      row_keys = jax.random.wrap_key_data(jnp.asarray(row_keys, jnp.uint32))
+    row_keys = np.asarray(jax.device_get(jax.random.key_data(row_keys)))
+    if row_keys.shape[0] != rows:
+      raise ValueError(f"row_keys must hold {rows} keys (one per row), got {row_keys.shape[0]}")
     per_slot = -(-(lp + tb - 1) // bs)            # blocks of a row at its full budget
-    call = _Call(params=params, key=key, prompts=prompts, n=n, stops=stops, stop_width=width,
+    call = _Call(params=params, prompts=prompts, n=n, stops=stops, stop_width=width,
                  prompt_cols=cols, wtab_width=(self.chunk_steps - 2) // bs + 2,
                  blocks_per_row=per_slot, pad=cfg.pad_token_id, truncated=cfg.logp_truncated,
-                 requests=requests)
-    layout = self._layout()
+                 row_keys=row_keys, budgets=budgets,
+                 start=range(num) if start is None else start, on_group=on_group)
+    if on_group is not None:
+      call.on_group = lambda p, reqs: on_group(p, self._assemble(call, [p], prompts, lp, tb,
+                                                                 requests=reqs, host=True))
+    return call, (prompts, lp, tb)
+
+  def _serve(self, call: _Call) -> None:
+    """Runs the lanes over the call's queue and sums their `SlotStats` into `last_stats`."""
+    per_slot, bs, layout = call.blocks_per_row, self.block_size, self._layout()
+    rows = len(call.budgets)                      # rows the call may sample
     lanes = self.lanes[:max(1, min(len(self.lanes), math.ceil(rows / self.lanes[0].slots)))]
     for lane in lanes:
       need = lane.slots * per_slot + 1             # every slot at its full budget, and the trash
@@ -489,35 +617,45 @@ class SlotEngine:
       for f in dataclasses.fields(SlotStats):
         setattr(stats, f.name, getattr(stats, f.name) + getattr(r, f.name))
     self.last_stats = stats
-    return self._assemble(call, prompts, lp, tb)
 
-  def _assemble(self, call: _Call, prompts, lp: int, tb: int) -> SampleOutput:
+  def _assemble(self, call: _Call, chosen, prompts, lp: int, tb: int, *, requests=None,
+                host: bool = False) -> SampleOutput:
+    """The `SampleOutput` of the prompts `chosen` (in that order; group g = chosen[g]) from
+    `requests` (default: the call's finished ones); `host`: numpy arrays (for `on_group`),
+    else device arrays."""
     cfg = self.config
     n = call.n
-    rows = len(prompts) * n
+    chosen = [int(p) for p in chosen]
+    rows = len(chosen) * n
+    where = {p: g for g, p in enumerate(chosen)}
     tokens = np.full((rows, tb), cfg.pad_token_id, np.int32)
     logp = np.zeros((rows, tb), np.float32)
     support = np.full((rows, tb), -np.inf, np.float32)
     lengths = np.zeros((rows,), np.int32)
     finish = np.zeros((rows,), np.int32)
-    for req in call.finished:
+    found = 0
+    for req in (call.finished if requests is None else requests):
+      if req.prompt not in where:
+        continue
+      row = where[req.prompt] * n + req.rid % n
       k = len(req.tokens)
-      tokens[req.rid, :k] = req.tokens
-      logp[req.rid, :k] = req.logp
-      support[req.rid, :k] = req.support
-      lengths[req.rid] = k
-      finish[req.rid] = FINISH_STOP if req.stopped else FINISH_LENGTH
-    if len(call.finished) != rows:
-      raise RuntimeError(f"{rows - len(call.finished)} requests did not finish")
-    ids, mask = left_pad(prompts, lp, pad_token_id=cfg.pad_token_id)
+      tokens[row, :k] = req.tokens
+      logp[row, :k] = req.logp
+      support[row, :k] = req.support
+      lengths[row] = k
+      finish[row] = FINISH_STOP if req.stopped else FINISH_LENGTH
+      found += 1
+    if found != rows:
+      raise RuntimeError(f"{rows - found} requests did not finish")
+    ids, mask = left_pad([prompts[p] for p in chosen], lp, pad_token_id=cfg.pad_token_id)
+    put = (lambda x: x) if host else jnp.asarray
     return SampleOutput(
-        prompt_ids=jnp.asarray(np.repeat(ids, n, axis=0)),
-        prompt_mask=jnp.asarray(np.repeat(mask, n, axis=0)),
-        tokens=jnp.asarray(tokens), mask=jnp.asarray(np.arange(tb)[None] < lengths[:, None]),
-        logp=jnp.asarray(logp), lengths=jnp.asarray(lengths),
-        finish_reason=jnp.asarray(finish),
-        group_ids=jnp.asarray(np.arange(rows, dtype=np.int32) // n), num_groups=len(prompts),
-        support_logp=jnp.asarray(support) if call.truncated else None)
+        prompt_ids=put(np.repeat(ids, n, axis=0)),
+        prompt_mask=put(np.repeat(mask, n, axis=0)),
+        tokens=put(tokens), mask=put(np.arange(tb)[None] < lengths[:, None]),
+        logp=put(logp), lengths=put(lengths), finish_reason=put(finish),
+        group_ids=put(np.arange(rows, dtype=np.int32) // n), num_groups=len(chosen),
+        support_logp=put(support) if call.truncated else None)
 
   # -- programs ----------------------------------------------------------------------------
 
@@ -529,8 +667,8 @@ class SlotEngine:
     with xla_cpu.threefry_unrolled(params):
       return fn(*args, **kwargs)
 
-  def _refill(self, params, cache, state, ids, lens, src, slot, rid, budget, stops, pblocks,
-              plens, store_src, key):
+  def _refill(self, params, cache, state, ids, lens, src, slot, rkeys, budget, stops, pblocks,
+              plens, store_src):
     """Dispatches a refill; returns (cache, state, (first tokens, log-probs, supports))."""
     u = 0 if ids is None else ids.shape[0]
     if state["store"] is None:           # the first refill of a call: an empty store
@@ -540,8 +678,8 @@ class SlotEngine:
       state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
                                             jnp.zeros((cfg.vocab_size,), jnp.float32)),
                                            self._state_sharding()))
-    return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rid, budget,
-                     stops, pblocks, plens, store_src, key, new_prompts=u)
+    return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rkeys, budget,
+                     stops, pblocks, plens, store_src, new_prompts=u)
 
   def _chunk(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
     """Dispatches a decode chunk; returns (cache, state, outputs)."""
@@ -580,8 +718,8 @@ class SlotEngine:
     cache = jax.lax.with_sharding_constraint(cache, self._pool_sharding(cache))
     return cache, jax.lax.with_sharding_constraint(state, self._state_sharding())
 
-  def _refill_impl(self, params, cache, state, ids, lens, src, slot, rid, budget, stops,
-                   pblocks, plens, store_src, key, *, new_prompts: int):
+  def _refill_impl(self, params, cache, state, ids, lens, src, slot, rkeys, budget, stops,
+                   pblocks, plens, store_src, *, new_prompts: int):
     """Prefills the new prompts, copies each new slot's prompt into its blocks, and draws
     each new slot's first token (traced once per shape)."""
     cfg = self.config
@@ -618,7 +756,7 @@ class SlotEngine:
     flat = pblocks.reshape(-1)
     cache = cache.replace(k=cache.k.at[:, flat].set(blocks_of(src_k)),
                           v=cache.v.at[:, flat].set(blocks_of(src_v)))
-    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rid)
+    row_keys = jax.random.wrap_key_data(rkeys)
     first_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, jnp.int32(0))
     d = draw_tokens(first_keys, src_logits[src], temperature=cfg.temperature, top_k=cfg.top_k,
                     top_p=cfg.top_p, truncated=cfg.logp_truncated)

@@ -47,6 +47,10 @@ class RolloutConfig:
   # gpu_memory_utilization, sleep_level, kv_cache_bytes, dtype. On the command line:
   # --set=rollout.engine_options.url=http://HOST:8000 (values parsed as JSON, else a string).
   engine_options: tuple[tuple[str, Any], ...] = ()
+  # DAPO dynamic sampling on an engine with a queue (`SlotEngine.generate_groups`): a group of
+  # constant accuracy queues the next prompt while the slots keep decoding (the same kept groups
+  # as extra rounds, fewer prompts sampled; `RolloutCollector._collect_in_queue`); False: rounds.
+  resample_in_queue: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -102,7 +106,7 @@ RESUMABLE_FIELDS = frozenset({
 
 # Fields added to the config since runs were first saved, with the value that reproduces those
 # runs: a saved config without the field is the same as one holding this value.
-ADDED_FIELDS: dict[str, Any] = {"rollout.engine": "jax"}
+ADDED_FIELDS: dict[str, Any] = {"rollout.engine": "jax", "rollout.resample_in_queue": True}
 
 
 def to_dict(cfg) -> dict:

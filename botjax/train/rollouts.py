@@ -6,7 +6,9 @@ One RL step's data is gathered in this order:
      With DAPO dynamic sampling it samples again for groups whose accuracy (the reward's verifier
      signal; the sequence reward when it has none) is constant, up to the recipe's
      `max_resample_rounds` (DAPO, arXiv 2503.14476, §3.2 eq. 11); groups still missing become
-     loss-free filler rows, so that the batch keeps its shape.
+     loss-free filler rows, so that the batch keeps its shape. On the slot engine the extra
+     groups are requests in the same queue (`RolloutCollector._collect_in_queue`): a constant
+     group queues the next prompt as soon as it is scored, and the same groups are kept.
   2. `RolloutCollector.sample_and_score` samples G completions per record with the rollout
      engine (`botjax.sampling.RolloutEngine`, holding the current parameters) and scores them in
      the reward pool (`botjax.rewards.RewardPool`).
@@ -24,10 +26,12 @@ build_batch` turns into the update's batch, and `rollout_metrics` into the step'
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from botjax.rewards.base import (RewardResult, RewardSpec, spans_to_token_values,
@@ -330,12 +334,15 @@ class RolloutCollector:
     dynamic_sampling: resample groups of constant accuracy (DAPO §3.2).
     max_resample_rounds: extra sampling rounds for dynamic sampling.
     pad_id: the pad token id.
+    resample_in_queue: with an engine that has `generate_groups` (the slot engine), dynamic
+      sampling asks for its extra groups in the engine's queue (`_collect_in_queue`) instead of
+      in extra rounds; False keeps the rounds.
   """
 
   def __init__(self, *, engine: RolloutEngine, tokenizer, prompts: PromptSource,
                prompt_fn: Callable, pool, prompts_per_step: int, group_size: int,
                max_prompt_tokens: int, dynamic_sampling: bool, max_resample_rounds: int,
-               pad_id: int):
+               pad_id: int, resample_in_queue: bool = True):
     self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
     self.prompt_fn = prompt_fn
     self.pool = pool
@@ -344,6 +351,7 @@ class RolloutCollector:
     self.max_prompt_tokens = int(max_prompt_tokens)
     self.dynamic_sampling, self.max_resample_rounds = bool(dynamic_sampling), int(max_resample_rounds)
     self.pad_id = int(pad_id)
+    self.resample_in_queue = bool(resample_in_queue)
     self.position = 0   # prompt-source position (records consumed)
     self.timing = {"generate_s": 0.0, "reward_s": 0.0}
 
@@ -364,7 +372,7 @@ class RolloutCollector:
                pool=pool, prompts_per_step=r.prompts_per_step, group_size=r.group_size,
                max_prompt_tokens=r.max_prompt_tokens, dynamic_sampling=recipe.dynamic_sampling,
                max_resample_rounds=recipe.max_resample_rounds,
-               pad_id=engine.config.pad_token_id)
+               pad_id=engine.config.pad_token_id, resample_in_queue=r.resample_in_queue)
 
   def encode(self, records) -> tuple[list[list[int]], list[str]]:
     """Prompt token ids and texts of records (through `prompt_fn` and the chat template)."""
@@ -483,6 +491,8 @@ class RolloutCollector:
     P, G = self.P, self.G
     position, pool_before = self.position, self.pool.metrics()
     self.timing = {"generate_s": 0.0, "reward_s": 0.0}
+    if self.in_queue:
+      return self._collect_in_queue(key, step, advance=advance)
     rounds = 1 + (self.max_resample_rounds if self.dynamic_sampling else 0)
     kept: list[Rollouts] = []
     n_kept = 0
@@ -509,6 +519,13 @@ class RolloutCollector:
         n_kept += groups.size
       if n_kept >= P:
         break
+    return self._finish(kept, n_kept, info, pool_before, position, advance)
+
+  def _finish(self, kept: list[Rollouts], n_kept: int, info: dict, pool_before: dict,
+              position: int, advance: bool) -> tuple[Rollouts, dict]:
+    """`collect`'s end: the kept groups (filled with loss-free rows to P), the metrics, and
+    the position moved to `position` with `advance`."""
+    P, G = self.P, self.G
     roll = concat_rollouts(kept, self.pad_id) if kept else None
     if n_kept < P:  # dynamic sampling ran out of rounds: fill with loss-free rows
       info["dynamic_sampling_short"] = float(P - n_kept)
@@ -524,6 +541,81 @@ class RolloutCollector:
     if advance:
       self.position = position
     return regroup(roll, P, G), info
+
+  @property
+  def in_queue(self) -> bool:
+    """Whether DAPO's extra groups are asked for in the engine's queue (`_collect_in_queue`):
+    dynamic sampling on, `resample_in_queue`, one process, and an engine with
+    `generate_groups` (the slot engine)."""
+    return (self.dynamic_sampling and self.resample_in_queue and jax.process_count() == 1
+            and callable(getattr(self.engine, "generate_groups", None)))
+
+  def _collect_in_queue(self, key, step: int, *, advance: bool) -> tuple[Rollouts, dict]:
+    """`collect` with DAPO's dynamic sampling in one engine call: the C = P·(1 + R) candidate
+    prompts at the position are encoded, the first P are queued, and each group is scored as
+    soon as its G rows finish (on the engine's host thread); a group of constant accuracy
+    queues the next candidate, so the slots never wait for a round to end.
+
+    The kept groups are those of the rounds path: the groups of varying accuracy among the
+    shortest prefix of candidates holding P of them (or all C), in candidate order (each
+    constant group queues exactly one more, so the queued set is that prefix whatever the
+    order in which groups finish), and candidate c = r·P + i samples with round r's key and
+    row i·G + s, as the rounds path does. The position moves past the queued candidates only
+    (the rounds path moves past whole rounds); `sample_rounds` is ⌈queued / P⌉, and
+    `sampled_groups` the number queued."""
+    P, G = self.P, self.G
+    position, pool_before = self.position, self.pool.metrics()
+    cands = P * (1 + self.max_resample_rounds)
+    records = [self.prompts.get(position + c) for c in range(cands)]
+    ids, texts = self.encode(records)
+    c = np.arange(cands)
+    rows = (c[:, None] // P, ((c % P)[:, None] * G + np.arange(G)[None, :]))
+    round_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(
+        self.max_resample_rounds + 1))
+    row_keys = jax.vmap(jax.random.fold_in)(round_keys[jnp.asarray(rows[0].repeat(G, axis=1)
+                                                                     .reshape(-1))],
+                                            jnp.asarray(rows[1].reshape(-1)))
+    parts: dict[int, Rollouts] = {}
+    varies: dict[int, bool] = {}
+    nxt = [P]
+    lock = threading.Lock()
+    reward_s = [0.0]
+
+    def on_group(p: int, out) -> list[int]:
+      t0 = time.perf_counter()
+      ts = decode_completions(self.tokenizer, out, [texts[p]])
+      meta = []
+      for s in range(G):
+        m = dict(records[p])
+        m.update(_step=int(step), _row=int(p * G + s))
+        meta.append(m)
+      with lock:
+        results = self.pool(ts.prompts, ts.completions, meta)
+        part = assemble(prompt_ids=out.prompt_ids, prompt_mask=out.prompt_mask,
+                        tokens=out.tokens, mask=out.mask, logp=out.logp, lengths=out.lengths,
+                        finish=out.finish_reason, group_ids=np.full((G,), p, np.int32),
+                        completions=ts.completions, offsets=ts.offsets, results=results,
+                        spec=self.spec, support=out.support_logp)
+        parts[p] = part
+        varies[p] = bool(varying_groups(accuracy_signal(part), ~part.infra, 1, G)[0])
+        more = []
+        if not varies[p] and nxt[0] < cands:
+          more, nxt[0] = [nxt[0]], nxt[0] + 1
+        reward_s[0] += time.perf_counter() - t0
+        return more
+
+    t0 = time.perf_counter()
+    _, queued = self.engine.generate_groups(ids, key, n=G, start=range(P), on_group=on_group,
+                                            row_keys=row_keys)
+    total = time.perf_counter() - t0
+    self.timing["reward_s"] += reward_s[0]
+    self.timing["generate_s"] += max(0.0, total - reward_s[0])
+    first = np.asarray([varies[p] for p in range(P)])
+    info = {"sample_rounds": int(-(-len(queued) // P)), "sampled_groups": float(len(queued)),
+            "constant_groups": float(1.0 - first.mean())}
+    good = [p for p in sorted(parts) if varies[p]][:P]
+    return self._finish([parts[p] for p in good], len(good), info, pool_before,
+                        position + len(queued), advance)
 
 
 def rollout_metrics(roll: Rollouts, spec: RewardSpec) -> dict:

@@ -67,6 +67,58 @@ def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lane
     assert st.decode_steps >= lengths.sum() - len(lengths)
 
 
+@pytest.mark.parametrize("slots,lanes", [(2, 1), (8, 2)])
+def test_generate_groups_queues_what_on_group_asks_for(model, reference, slots, lanes):
+  """`generate_groups`: the prompts `start` first, then whatever `on_group` returns when a
+  group's n rows have all finished; each group handed over holds the rows `generate` draws for
+  the same key (host arrays), and the output covers the queued prompts in index order."""
+  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, **SMALL)
+  seen, handed = [], {}
+
+  def on_group(p, out):
+    assert isinstance(out.tokens, np.ndarray) and out.tokens.shape[0] == 3
+    seen.append(p)
+    handed[p] = out
+    return [3] if p == 1 else []           # prompt 1 asks for prompt 3; prompt 2 never runs
+
+  out, queued = engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[1, 0],
+                                       on_group=on_group, stop_token_ids=STOPS)
+  assert sorted(seen) == [0, 1, 3] and seen.index(1) < seen.index(3)
+  np.testing.assert_array_equal(queued, [0, 1, 3])
+  ref_tokens, ref_len = np.asarray(reference.tokens), np.asarray(reference.lengths)
+  t = ref_tokens.shape[1]
+  for g, p in enumerate(queued):
+    rows = slice(3 * p, 3 * p + 3)
+    np.testing.assert_array_equal(np.asarray(out.tokens)[3 * g:3 * g + 3, :t], ref_tokens[rows])
+    np.testing.assert_array_equal(handed[p].tokens[:, :t], ref_tokens[rows])
+    np.testing.assert_array_equal(np.asarray(out.lengths)[3 * g:3 * g + 3], ref_len[rows])
+    np.testing.assert_allclose(handed[p].logp[:, :t], np.asarray(reference.logp)[rows],
+                               rtol=1e-6, atol=1e-6)
+  assert out.num_groups == 3 and engine.last_stats.useful_tokens == sum(
+      ref_len[3 * p:3 * p + 3].sum() for p in queued)
+  # explicit row keys (row p·n + s takes keys[p·n + s]): a group's rows whatever else runs
+  keys = jax.random.split(jax.random.key(9), 12)
+  out2, _ = engine.generate_groups(PROMPTS, None, n=3, start=[2], on_group=lambda p, o: [],
+                                   row_keys=keys, stop_token_ids=STOPS)
+  ref2 = engine.generate_groups(PROMPTS, None, n=3, start=[2, 0], on_group=lambda p, o: [],
+                                row_keys=keys, stop_token_ids=STOPS)[0]
+  np.testing.assert_array_equal(np.asarray(out2.tokens), np.asarray(ref2.tokens)[3:6])
+  # errors: a bad index, a prompt queued twice, an exception in on_group
+  with pytest.raises(ValueError, match="outside"):
+    engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[4], on_group=lambda p, o: [])
+  with pytest.raises(ValueError, match="queued twice"):
+    engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[0],
+                           on_group=lambda p, o: [0])
+
+  def broken(p, o):
+    raise RuntimeError("scorer down")
+
+  with pytest.raises(RuntimeError, match="scorer down"):
+    engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[0, 1], on_group=broken)
+  with pytest.raises(ValueError, match="on_group must be callable"):
+    engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[0], on_group=None)
+
+
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, lanes):
   """Parameters sharded over 8 devices (data:2,fsdp:2,tensor:2): the engine's fresh pool, state

@@ -44,14 +44,19 @@ def base_config(workdir, recipe="grpo", **kw):
 
 
 def make_trainer(env, cfg, reward=None, **kw):
+  """A trainer on the tiny model; the module's one compiled sampler unless `engine=` is given
+  (None: the trainer builds `cfg.rollout.engine`)."""
   model = models.Decoder(env["cfg"], rngs=nnx.Rngs(0))
   reward = reward or MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5)
+  shared = "engine" not in kw
+  engine = env["samplers"].get("s") if shared else kw.pop("engine")
   trainer = RLTrainer(
       cfg, model=model, tokenizer=env["tok"], prompts=ListPrompts(env["train"], seed=0),
       reward_fn=reward,
       prompt_fn=lambda r: data.chat_messages(r, data.ARITHMETIC_TEMPLATE),
-      engine=env["samplers"].get("s"), **kw)
-  env["samplers"].setdefault("s", trainer.engine)   # one compiled sampler for the module
+      engine=engine, **kw)
+  if shared:
+    env["samplers"].setdefault("s", trainer.engine)   # one compiled sampler for the module
   return trainer
 
 
@@ -264,6 +269,74 @@ def test_dapo_dynamic_sampling_filters_on_accuracy_not_on_the_reward(env, tmp_pa
   acc = roll.verifier.reshape(P, G)
   for g in np.flatnonzero(kept):
     assert acc[g].min() < acc[g].max()
+
+
+class ThirdCandidatesVary:
+  """Accuracy: the completion's length parity (varying) for the groups of candidate index
+  c = `_row` // G (the same on both paths) with c % 3 == 1, else 0 (constant, so resampled):
+  groups 1 and 4 are kept, 5 prompts are sampled in the queue and 3 rounds of 2 without."""
+
+  spec = RewardSpec(verifier="answer")
+
+  def __init__(self, group_size):
+    self.G = group_size
+
+  def __call__(self, prompts, completions, metadata):
+    return [RewardResult(1.0, components={"answer": float(len(c) % 2) if (
+        m["_row"] // self.G) % 3 == 1 else 0.0}) for c, m in zip(completions, metadata)]
+
+
+def test_dapo_resamples_in_the_slot_engines_queue_keeping_the_rounds_groups(env, tmp_path):
+  """With the slot engine, DAPO's extra groups join the engine's queue one constant group at a
+  time: the kept groups (tokens, log-probs, rewards) are those of the rounds path, on the slot
+  engine and on the lockstep sampler, with fewer prompts sampled, and the position moves past
+  the sampled prompts only."""
+  P, G, R = 2, 4, 4
+  key = jax.random.fold_in(jax.random.PRNGKey(0), 0)
+  dapo = base_config(tmp_path, "dapo", recipe_overrides=(
+      ("overlong_max_length", 16), ("overlong_cache_length", 4), ("max_resample_rounds", R)))
+  slots = dataclasses.replace(dapo, rollout=dataclasses.replace(
+      dapo.rollout, engine="slots", engine_options=(("num_slots", 4),)))
+  got = {}
+  first = make_trainer(env, dataclasses.replace(slots, workdir=str(tmp_path / "queue")),
+                       reward=ThirdCandidatesVary(G), engine=None)
+  engine = first.engine
+  runs = [("queue", first),
+          ("slot_rounds", make_trainer(env, dataclasses.replace(
+              slots, workdir=str(tmp_path / "r1"), rollout=dataclasses.replace(
+                  slots.rollout, resample_in_queue=False)), reward=ThirdCandidatesVary(G),
+              engine=engine)),
+          ("lockstep_rounds", make_trainer(env, dataclasses.replace(
+              dapo, workdir=str(tmp_path / "r2")), reward=ThirdCandidatesVary(G)))]
+  try:
+    for name, t in runs:
+      assert t.collector.in_queue == (name == "queue")
+      roll, info = t.collector.collect(key, 0)
+      got[name] = (roll, info, t.collector.position)
+    records = first.run()          # the queue's rollouts through the update
+  finally:
+    for _, t in runs:
+      t.close()
+  q_roll, q_info, q_pos = got["queue"]
+  assert type(engine).__name__ == "SlotEngine"
+  assert [r["step"] for r in records] == [1, 2]
+  assert all(math.isfinite(r["loss"]) and r["sampled_groups"] >= P for r in records)
+  assert q_info["sampled_groups"] == 5 and q_info["sample_rounds"] == 3
+  assert q_info.get("dynamic_sampling_short", 0) == 0 and q_roll.mask.any(axis=1).all()
+  for name in ("slot_rounds", "lockstep_rounds"):
+    roll, info, pos = got[name]
+    assert pos == info["sample_rounds"] * P and q_pos == q_info["sampled_groups"]
+    assert info["sample_rounds"] == q_info["sample_rounds"]
+    assert q_info["sampled_groups"] < info["sample_rounds"] * P
+    assert info["constant_groups"] == q_info["constant_groups"]
+    for b in range(P * G):
+      n = int(roll.lengths[b])
+      assert int(q_roll.lengths[b]) == n, (name, b)
+      np.testing.assert_array_equal(q_roll.tokens[b, :n], roll.tokens[b, :n], err_msg=name)
+      np.testing.assert_allclose(q_roll.logp[b, :n], roll.logp[b, :n], rtol=1e-5, atol=1e-5)
+      assert q_roll.completions[b] == roll.completions[b]
+    np.testing.assert_array_equal(q_roll.verifier, roll.verifier)
+    np.testing.assert_array_equal(q_roll.group_ids, roll.group_ids)
 
 
 def test_console_prints_one_line_unless_verbose(env, tmp_path, capsys):
