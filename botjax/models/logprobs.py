@@ -196,6 +196,15 @@ def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
     (logp, entropy): float32 [B, T] each, also at padded completion columns (finite but
     meaningless there: mask them with the completion's mask).
   """
+  h, targets = _completion_hidden(model, input_ids, positions, attention_mask, completion_len,
+                                  num_prompts)
+  return logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
+                              chunk_size=chunk_size, support=support)
+
+
+def _completion_hidden(model, input_ids, positions, attention_mask, completion_len: int,
+                       num_prompts: int) -> tuple[jax.Array, jax.Array]:
+  """(hidden [B, T, D] that predicts each completion token, the targets [B, T])."""
   B, L = input_ids.shape
   T = completion_len
   if not 0 < T < L:
@@ -213,5 +222,68 @@ def completion_logprobs(model, input_ids: jax.Array, positions: jax.Array,
   else:
     hidden, _ = model(input_ids, positions, attention_mask=attention_mask, return_hidden=True)
     h = hidden[:, P - 1:L - 1]                                    # [B, T, D]
-  return logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
-                              chunk_size=chunk_size, support=support)
+  return h, targets
+
+
+def support_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array], *,
+                        temperature: float, top_k: int, top_p: float,
+                        chunk_size: int = 128) -> jax.Array:
+  """The top-k / top-p support thresholds a sampler records (`botjax.sampling.filtering.
+  support_threshold`), taken from these hidden states' own logits: [B, L].
+
+    support_l = (min_{v kept} z_v + max_{v cut} z_v) / 2 − logsumexp(z),  z = unembed(h_l) / τ
+
+  with "kept" the tokens that `filter_logits(z, top_k, top_p)` keeps (−inf where nothing is
+  cut). This is the trainer's cut for an engine that samples under top-k / top-p but does not
+  return its cut (vLLM): the log-probs then taken under it (`logprobs_from_hidden(support=)`)
+  are the trainer's truncated, renormalised distribution, the one vLLM reports
+  (`logprobs_mode="processed_logprobs"`) up to the two programs' float rounding.
+
+  Args:
+    hidden: [B, L, D]; unembed: hidden [..., D] -> logits [..., V].
+    temperature: τ > 0; top_k: k ≥ 0 (0 = off); top_p: p in (0, 1] (static).
+    chunk_size: positions per chunk of logits (the [B, L, V] logits never exist at once).
+
+  Returns:
+    float32 [B, L] thresholds on the tempered log-probabilities.
+  """
+  from botjax.sampling.filtering import filter_logits, support_threshold  # sampling imports models
+  if temperature <= 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  b, l, d = hidden.shape
+  c = min(chunk_size, l)
+  n = -(-l // c)
+  h = jnp.pad(hidden, ((0, 0), (0, n * c - l), (0, 0))).reshape(b, n, c, d).transpose(1, 0, 2, 3)
+
+  def body(carry, h_c):
+    z = unembed(h_c).astype(jnp.float32) / jnp.float32(temperature)          # [B, C, V]
+    flat = z.reshape(-1, z.shape[-1])
+    cut = support_threshold(flat, filter_logits(flat, top_k=top_k, top_p=top_p))
+    return carry, cut.reshape(z.shape[:-1])
+
+  _, sup = jax.lax.scan(body, None, h)
+  return sup.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
+
+
+def completion_logprobs_own_cut(model, input_ids: jax.Array, positions: jax.Array,
+                                attention_mask: jax.Array, *, completion_len: int,
+                                temperature: float, top_k: int, top_p: float,
+                                chunk_size: int = 128, num_prompts: int = 0,
+                                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`completion_logprobs` under the model's own top-k / top-p cut (`support_from_hidden`),
+  from one forward pass: for an engine that samples truncated but returns no cut.
+
+  Args:
+    as `completion_logprobs`; top_k, top_p: the sampling rule's cut (static).
+
+  Returns:
+    (logp, entropy, support): float32 [B, T] each; `support` is what `completion_logprobs`'
+    `support=` takes, so the update scores under the same cut.
+  """
+  h, targets = _completion_hidden(model, input_ids, positions, attention_mask, completion_len,
+                                  num_prompts)
+  support = support_from_hidden(h, model.unembed, temperature=temperature, top_k=top_k,
+                                top_p=top_p, chunk_size=chunk_size)
+  logp, ent = logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
+                                   chunk_size=chunk_size, support=support)
+  return logp, ent, support

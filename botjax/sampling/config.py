@@ -43,7 +43,9 @@ class SamplingConfig:
     drawn from, and each step's kept support is recorded (`SampleOutput.support_logp`); the
     trainer's log-probs are taken under the same support
     (`botjax.models.logprobs.logprobs_from_hidden(..., support=)`), so the sampler's and the
-    update's log-probs agree and the ratio is 1 at the sampling parameters.
+    update's log-probs agree and the ratio is 1 at the sampling parameters. An engine that
+    reports truncated log-probs without its cut (vLLM) is scored under the cut the trainer
+    takes from its own logits by the same rule (`UpdatePrograms.logprobs_own_cut`).
 
   Greedy decoding reports `log_softmax(logits)[y]` (τ treated as 1), untruncated.
 

@@ -11,9 +11,11 @@ Generation: one request per prompt with `n` samples and a seed drawn from (key, 
 completions. vLLM runs with `logprobs_mode="processed_logprobs"`, so the returned log-prob of a
 sampled token is log softmax(logits / τ) (τ = 1 when greedy), botjax's convention; with top-k or
 top-p it is taken over the truncated, renormalised distribution vLLM sampled from. vLLM does not
-return that support, so `SampleOutput.support_logp` is None and the trainer's recomputed old
-log-probs are untruncated: with top-k / top-p the difference shows in the mismatch metrics and
-the truncated importance weights (botjax's own engines record the support and have none).
+return that support, so `SampleOutput.support_logp` is None; the trainer then takes the cut from
+its own logits (`UpdatePrograms.logprobs_own_cut`: the same top-k / top-p rule, so the same
+support up to the two programs' rounding) and recomputes the old log-probs, and scores the
+update, under it: the mismatch metrics and truncated importance weights see the kernels' gap,
+not the mass the cut removed.
 Stop ids: the config's EOS and stop ids plus a call's own, passed as `stop_token_ids` with
 `ignore_eos` (vLLM stops on exactly these); the stop token is kept and scored, as in
 `SampleOutput`. Shapes follow the config's buckets, like `Sampler`'s (B = P·n rows).

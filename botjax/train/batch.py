@@ -19,7 +19,10 @@ to a set of parameters):
             old log-probs as they are. The engine's own log-probs then travel in
             `RLBatch.behaviour_logp` (read by the truncated importance-sampling correction,
             `Recipe.tis_cap`), and the gap between the two is measured
-            (`metrics.logp_mismatch`: the `mismatch/*` keys of the step's metrics).
+            (`metrics.logp_mismatch`: the `mismatch/*` keys of the step's metrics). Under
+            top-k / top-p such an engine's log-probs are truncated but its cut unknown: the
+            trainer's `old_logp` then returns its own cut with the log-probs (see
+            `build_batch`).
 """
 
 from __future__ import annotations
@@ -78,7 +81,11 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
       term, unused otherwise (zeros).
     old_logp: recomputes the behaviour log-probs (`LogpFn`) instead of taking `roll.logp` (an
       engine whose `exact_logp` is False); None takes them as they are. When given,
-      `roll.logp` (the engine's) becomes the batch's `behaviour_logp`.
+      `roll.logp` (the engine's) becomes the batch's `behaviour_logp`. It may return
+      (logp, support) [B, T] each: log-probs under the trainer's own top-k / top-p cut and
+      that cut (`UpdatePrograms.logprobs_own_cut`, for an engine that samples truncated but
+      returns no cut: vLLM); the cut then replaces `roll.support` as the batch's `support`,
+      so the update scores under it too.
 
   Returns:
     (`RLBatch` of device arrays: input_ids / positions / attention_mask [B, Lp' + T'],
@@ -102,10 +109,14 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
   positions = positions_from_mask(attn)
   T = roll.tokens.shape[1]
   behaviour = roll.logp
+  support = roll.support
   engine_logp, gap = None, {}
   if old_logp is not None:
-    behaviour = np.where(roll.mask, np.asarray(old_logp(input_ids, positions, attn, T)),
-                         0.0).astype(np.float32)
+    old = old_logp(input_ids, positions, attn, T)
+    if isinstance(old, tuple):      # (logp, support): the trainer's own top-k / top-p cut
+      old, support = old
+      support = np.where(roll.mask, np.asarray(support), -np.inf).astype(np.float32)
+    behaviour = np.where(roll.mask, np.asarray(old), 0.0).astype(np.float32)
     engine_logp = np.where(roll.mask, roll.logp, 0.0).astype(np.float32)
     gap = {f"mismatch/{k}": float(v) for k, v in
            metrics.logp_mismatch(behaviour, engine_logp, roll.mask).items() if k != "tokens"}
@@ -123,7 +134,7 @@ def build_batch(recipe: algorithms.Recipe, roll: Rollouts, *, num_groups: int,
       attention_mask=jnp.asarray(attn), old_logp=jnp.asarray(behaviour),
       ref_logp=jnp.asarray(ref), advantages=a.advantages, loss_mask=a.loss_mask,
       seq_weights=a.seq_weights, behaviour_logp=opt(engine_logp),
-      support=None if roll.support is None else jnp.asarray(roll.support))
+      support=None if support is None else jnp.asarray(support))
   lm = np.asarray(a.loss_mask)
   av = np.asarray(a.advantages)[lm]
   info = {

@@ -106,8 +106,10 @@ class RLTrainer:
         reward_fn=reward_fn, prompt_fn=prompt_fn)
     self.collector, self.pool, self.reward_spec = collector, collector.pool, collector.spec
     self.ref_params = jax.tree.map(jnp.copy, params) if self.recipe.needs_ref_logp else None
+    cut = ((self.sampling.top_k, self.sampling.top_p) if self.sampling.logp_truncated
+           else None)
     self.programs = UpdatePrograms(cfg, self.recipe, self.graphdef, self.rest, self.optimizer,
-                                   temperature=self.temperature, mesh=mesh,
+                                   temperature=self.temperature, cut=cut, mesh=mesh,
                                    where=self.state.params)
 
     self.rundir = RunDir(cfg.workdir)
@@ -180,10 +182,14 @@ class RLTrainer:
   def build_batch(self, roll: Rollouts) -> tuple[step_lib.RLBatch, dict]:
     """`batch.build_batch` with this run's recipe, groups (P + 1) and log-prob programs."""
     logp = lambda params: (lambda *a: self.programs.logprobs(params, *a))  # noqa: E731
+    old = None
+    if not self.engine.exact_logp:   # the trainer's own; under its own cut when truncated
+      old = ((lambda *a: self.programs.logprobs_own_cut(self.state.params, *a))
+             if self.programs.sampling_cut is not None else logp(self.state.params))
     return build_batch(
         self.recipe, roll, num_groups=self.cfg.rollout.prompts_per_step + 1,
         ref_logp=logp(self.ref_params) if self.ref_params is not None else None,
-        old_logp=None if self.engine.exact_logp else logp(self.state.params))
+        old_logp=old)
 
   def inspect_batch(self) -> BatchPreview:
     """The next step's rollouts, token rewards and advantages, without moving the run: the

@@ -70,13 +70,17 @@ class UpdatePrograms:
     graphdef, rest: the split model (`step.split_model`).
     optimizer: the optax transformation.
     temperature: the scoring temperature (`SamplingConfig.logp_temperature`).
+    cut: (top_k, top_p) of the run's sampling rule when its log-probs are truncated
+      (`SamplingConfig.logp_truncated`), else None: `logprobs_own_cut`'s cut.
     mesh: the device mesh, or None.
     where: parameters whose devices decide the default host threads (`xla_cpu`).
   """
 
   def __init__(self, cfg: TrainConfig, recipe: algorithms.Recipe, graphdef, rest, optimizer, *,
-               temperature: float, mesh=None, where: Any = None):
+               temperature: float, cut: tuple[int, float] | None = None, mesh=None,
+               where: Any = None):
     self.cfg, self.recipe, self.graphdef, self.rest = cfg, recipe, graphdef, rest
+    self.sampling_cut, self._cut_fn = cut, None
     self.optimizer, self.temperature, self.mesh, self.where = optimizer, temperature, mesh, where
     self._programs: dict = {}
     self._logprob_fn = step_lib.make_logprob_fn(graphdef, rest, temperature=temperature,
@@ -110,6 +114,25 @@ class UpdatePrograms:
     logp, _ = self._logprob_fn(params, input_ids, positions, attention_mask, completion_len,
                                slots)
     return logp
+
+  def logprobs_own_cut(self, params, input_ids, positions, attention_mask,
+                       completion_len: int):
+    """(logp, support) [B, T] each: the teacher-forced log-probs under `params`' own top-k /
+    top-p cut of the run's sampling rule, and that cut (`completion_logprobs_own_cut`), for
+    an engine that samples truncated but returns no cut (vLLM)."""
+    if self.sampling_cut is None:
+      raise ValueError("logprobs_own_cut: the run's sampling rule cuts nothing (no top-k / "
+                       "top-p, or truncated_logp=False)")
+    if self._cut_fn is None:
+      self._cut_fn = step_lib.make_logprob_fn(self.graphdef, self.rest,
+                                              temperature=self.temperature,
+                                              chunk=self.cfg.logprob_chunk,
+                                              cut=self.sampling_cut)
+    slots = self.prompt_slots(input_ids, positions, attention_mask, completion_len,
+                              input_ids.shape[0])
+    logp, _, support = self._cut_fn(params, input_ids, positions, attention_mask,
+                                    completion_len, slots)
+    return logp, support
 
   def prompt_slots(self, input_ids, positions, attention_mask, completion_len: int,
                    rows_per_slice: int, parts: int = 1) -> int:

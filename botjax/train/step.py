@@ -393,12 +393,19 @@ class ParallelUpdate:
     self._threads.close()
 
 
-def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128):
+def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128, cut=None):
   """Jitted `(params, input_ids, positions, attention_mask, T, U=0) -> (logp, entropy)`.
 
-  U is `split_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is.
+  U is `split_logprobs`' `num_prompts` (static). Compiled as `make_update_fn` is. With
+  `cut` = (top_k, top_p) the program takes the log-probs under the model's own top-k / top-p
+  cut and returns (logp, entropy, support) (`completion_logprobs_own_cut`).
   """
   def fn(params, input_ids, positions, attention_mask, completion_len, num_prompts=0):
+    if cut is not None:
+      return logprobs_lib.completion_logprobs_own_cut(
+          nnx.merge(graphdef, params, rest), input_ids, positions, attention_mask,
+          completion_len=completion_len, temperature=temperature, top_k=cut[0], top_p=cut[1],
+          chunk_size=chunk, num_prompts=num_prompts)
     return split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk, num_prompts=num_prompts)

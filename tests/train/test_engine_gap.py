@@ -152,3 +152,66 @@ def test_recipe_for_run_reads_the_engine_name_when_not_told():
   assert C.recipe_for_run(vllm_cfg, spec, exact_logp=True).tis_cap is None
   explicit = dataclasses.replace(vllm_cfg, recipe_overrides=(("tis_cap", None),))
   assert C.recipe_for_run(explicit, spec).tis_cap is None
+
+
+class NoCut:
+  """botjax's sampler under top-k / top-p as vLLM reports it (`logprobs_mode=
+  "processed_logprobs"`): the log-probs under the truncated, renormalised distribution, but not
+  the cut (`support_logp` None), and `exact_logp` False. `last_support` keeps the cut it drew
+  under, for the test to compare."""
+
+  def __init__(self, inner):
+    self.inner, self.config, self.exact_logp = inner, inner.config, False
+    self.last_support = None
+
+  def generate(self, prompts, key, *, n=1, max_new_tokens=None, stop_token_ids=None):
+    out = self.inner.generate(prompts, key, n=n, max_new_tokens=max_new_tokens,
+                              stop_token_ids=stop_token_ids)
+    self.last_support = np.asarray(out.support_logp)
+    return out.replace(support_logp=None)
+
+  def set_params(self, params):
+    self.inner.set_params(params)
+
+  def close(self):
+    pass
+
+
+def test_an_engine_without_its_cut_is_scored_under_the_trainers_own_cut(env, tmp_path):
+  """top-k / top-p with an engine that reports truncated log-probs but not its cut (vLLM): the
+  trainer recomputes the old log-probs under the cut it takes from its own logits
+  (`logprobs_own_cut`), which is the sampler's cut, so the gap is float rounding, and the
+  update scores under the same cut (the batch's `support`). Untruncated, the gap would be
+  the mass the cut removed."""
+  from botjax.sampling import SamplingConfig
+  cfg = config(tmp_path)
+  cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, top_k=6, top_p=0.9))
+  model = models.Decoder(env["cfg"], rngs=nnx.Rngs(0))
+  r = cfg.rollout
+  sampling = SamplingConfig.for_model(model, env["tok"], max_new_tokens=r.max_new_tokens,
+                                      temperature=r.temperature, top_k=6, top_p=0.9)
+  assert sampling.logp_truncated
+  engine = NoCut(make_engine("jax", model, sampling))
+  t = RLTrainer(cfg, model=model, tokenizer=env["tok"], prompts=ListPrompts(env["train"]),
+                reward_fn=MathReward(ExactArithmeticJudge(), w_g=3.0, w_s=0.5),
+                prompt_fn=lambda rec: data.chat_messages(rec, data.ARITHMETIC_TEMPLATE),
+                engine=engine)
+  preview = t.inspect_batch()
+  b, roll = preview.batch, preview.rollouts
+  assert roll.support is None and b.support is not None
+  T = np.asarray(b.old_logp).shape[1]
+  m = roll.mask[:, :T]
+  drawn = engine.last_support[:, :T]
+  sup = np.asarray(b.support)
+  assert np.isfinite(drawn[m]).mean() > 0.5                    # the cut did remove tokens
+  np.testing.assert_array_equal(np.isfinite(sup[m]), np.isfinite(drawn[m]))
+  fin = m & np.isfinite(drawn)
+  np.testing.assert_allclose(sup[fin], drawn[fin], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(b.old_logp)[m], roll.logp[:, :T][m], atol=2e-5)
+  untruncated = np.asarray(t.programs.logprobs(t.state.params, b.input_ids, b.positions,
+                                               b.attention_mask, T))
+  assert np.abs(untruncated[m] - roll.logp[:, :T][m]).mean() > 0.05
+  rows = run(t)
+  for row in rows:
+    assert row["mismatch/max_abs_diff"] < 1e-4 and row["mismatch/outside_frac"] == 0.0
+    assert row["tis_weight"] == pytest.approx(1.0, abs=1e-4)

@@ -116,6 +116,30 @@ def test_an_rl_run_with_vllm_syncs_every_step_and_logs_the_gap(env, tmp_path):
              if r["step"] > 0)
 
 
+def test_top_k_top_p_with_vllm_is_scored_under_the_trainers_own_cut(env, tmp_path):
+  """Under top-k / top-p vLLM reports truncated log-probs without the cut; the trainer takes
+  the cut from its own logits (`logprobs_own_cut`), so in float32 the gap stays float noise
+  (untruncated it would be the mass the cut removed) and the update scores under that cut."""
+  cfg = config(tmp_path, steps=1)
+  cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, top_k=6, top_p=0.9))
+  t = trainer(env, cfg)
+  try:
+    assert t.sampling.logp_truncated and t.programs.sampling_cut == (6, 0.9)
+    preview = t.inspect_batch()
+    b, roll = preview.batch, preview.rollouts
+    T = np.asarray(b.old_logp).shape[1]
+    m = roll.mask[:, :T]
+    assert roll.support is None and np.isfinite(np.asarray(b.support)[m]).mean() > 0.5
+    gap = np.abs(np.asarray(b.old_logp)[m] - roll.logp[:, :T][m])
+    untruncated = np.asarray(t.programs.logprobs(t.state.params, b.input_ids, b.positions,
+                                                 b.attention_mask, T))
+    assert gap.max() < 1e-3 < 0.05 < np.abs(untruncated[m] - roll.logp[:, :T][m]).mean()
+    rows = [r for r in t.run() if r["step"] > 0]
+    assert rows[0]["mismatch/max_abs_diff"] < 1e-3 and rows[0]["mismatch/outside_frac"] == 0.0
+  finally:
+    t.close()
+
+
 def test_bfloat16_vllm_rollouts_are_corrected_by_the_truncated_weights(env, tmp_path):
   """A bfloat16 vLLM engine (injected) against the float32 trainer: a real gap, measured as
   `metrics.logp_mismatch` says and corrected by min(π_old / π_vllm, 2) on every loss token."""
