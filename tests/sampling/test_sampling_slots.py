@@ -175,13 +175,14 @@ def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
 
 def test_per_row_budgets_and_a_bounded_number_of_programs(model):
   """Any mix of lengths (per-row budgets) runs on the same few programs: refills by the
-  number of new prompts (a power of 4 up to the slots) and chunks by their rows (S, S/4)."""
+  number of new prompts (a power of 4 up to the slots) and chunks by their rows (S, S/2, S/4, …)."""
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,),
                            prompt_len_buckets=(12,))
   engine = SlotEngine(model, CFG, sc, num_slots=6, lanes=1, **SMALL)
   sampler = Sampler(model, CFG, sc, host_threads=1)
   rng = np.random.default_rng(0)
-  bound = 1 + 3 + 1 + len(_narrower(6))         # refills: U in {0, 1, 4, 6}; chunks: widths
+  assert _narrower(6) == [3, 1] and _narrower(64) == [32, 16, 8, 4, 2, 1] and _narrower(1) == []
+  bound = 1 + 3 + 1 + 2           # refills: U in {0, 1, 4, 6}; chunks: widths 6, 3, 1
   seen = []
   for call in range(6):
     num = int(rng.integers(1, 5))
