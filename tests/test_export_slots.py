@@ -86,11 +86,11 @@ def test_refill_exports_for_tpu_and_cuda(setup):
   store = (jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
            jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
            jax.ShapeDtypeStruct((cfg.vocab_size,), jnp.float32))
-  key = jax.eval_shape(lambda: jax.random.key(0))
+  row_keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)       # each new slot's key data
   fn = functools.partial(engine._refill_impl, new_prompts=u)
   exported = _export(fn, mesh, params, pool, dict(state, store=store), i32((u, LP)), i32((u,)),
-                     i32((S,)), i32((S,)), i32((S,)), i32((S,)), i32((S, W)), i32((S, jp)),
-                     i32((S,)), i32(()), key)
+                     i32((S,)), i32((S,)), row_keys, i32((S,)), i32((S, W)), i32((S, jp)),
+                     i32((S,)), i32(()))
   cache, new_state, (tok, logp, support) = jax.tree.unflatten(exported.out_tree,
                                                               exported.out_avals)
   assert cache.k.shape == (2, NB, BS, 2, 128) and tok.shape == (S,)

@@ -41,6 +41,7 @@ import numpy as np
 from flax import struct
 
 from botjax import xla_cpu
+from botjax.models import attention_cpu
 from botjax.models.attention import CACHE_LAYOUT
 from botjax.models.config import DecoderConfig
 
@@ -246,13 +247,18 @@ def _block_partials(q, keys, values, owner, base, length, *, layout, window):
   bs = keys.shape[-1]
   row = jnp.minimum(owner, s_num - 1)
   qb = q[row].astype(f32)                                           # [M, K, G, H]
-  # q·k reduced over H along the vectorised token slots, fused with the read of the pool
-  scores = xla_cpu.fused_sum(qb[..., None] * keys[:, :, None], axis=3)   # [M, K, G, bs]
   pos = base[:, None] + jnp.arange(bs, dtype=jnp.int32)[None]        # [M, bs]
   limit = length[row][:, None]
   visible = (pos < limit) & (owner < s_num)[:, None]
   if window is not None:
     visible = visible & (pos >= limit - window)
+  return xla_cpu.on_cpu(attention_cpu.paged_partials, _partials, qb, keys, values, visible)
+
+
+def _partials(qb, keys, values, visible):
+  """`_block_partials`' portable products (`attention_cpu.paged_partials` on CPU)."""
+  # q·k reduced over H along the vectorised token slots, fused with the read of the pool
+  scores = jnp.sum(qb[..., None] * keys[:, :, None], axis=3)        # [M, K, G, bs]
   scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
   top = jnp.max(scores, axis=-1)                                    # [M, K, G]
   e = jnp.exp(scores - top[..., None])

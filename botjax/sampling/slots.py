@@ -62,6 +62,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from botjax import xla_cpu
+from botjax.models import attention_cpu
 from botjax.models.attention import attention_implementation, cache_layout
 from botjax.models.cache import KVCache
 from botjax.models.sharding import logical_to_spec
@@ -427,7 +428,8 @@ class SlotEngine:
     num_slots: S, decode slots in all (split evenly over `lanes`).
     chunk_steps: k, decode steps between refills.
     block_size: bs, token slots per pool block.
-    tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`).
+    tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`; None:
+      `attention_cpu.PAGED_TILE_BLOCKS` (64) on CPU with `botjax.xla_cpu` tuning on, else 128).
     cache_dtype: KV dtype (None: the model's compute dtype).
     lanes: independent slot groups run by as many host threads (None:
       `botjax.xla_cpu.default_host_threads`, 2 on small CPU hosts, else 1).
@@ -438,12 +440,15 @@ class SlotEngine:
 
   def __init__(self, model: Any, model_config: Any = None,
                sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
-               chunk_steps: int = 8, block_size: int = 32, tile_blocks: int = 128,
+               chunk_steps: int = 8, block_size: int = 32, tile_blocks: int | None = None,
                cache_dtype: Any = None, lanes: int | None = None, mesh=None):
     self.graphdef, self.params, self.model_config, self.cache_dtype = engine_parts(
         model, model_config, sampling_config, cache_dtype)
     self.config = sampling_config
     self.mesh = mesh
+    if tile_blocks is None:
+      where = mesh if mesh is not None else self.params
+      tile_blocks = (attention_cpu.PAGED_TILE_BLOCKS if attention_cpu.auto(where) else 128)
     for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
                         ("block_size", block_size), ("tile_blocks", tile_blocks)):
       if not isinstance(value, int) or value < 1:

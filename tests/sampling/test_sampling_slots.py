@@ -135,9 +135,11 @@ def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, la
   mask = np.asarray(reference.mask)
   np.testing.assert_allclose(np.asarray(out.logp)[mask], np.asarray(reference.logp)[mask],
                              atol=1e-5)
-  compiled = engine.num_compiled()
-  engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)   # the same schedule
-  assert engine.num_compiled() == compiled
+  refills, chunks = engine._refill_jit._cache_size(), engine._chunk_jit._cache_size()
+  engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)   # the same work
+  assert engine._refill_jit._cache_size() == refills
+  if lanes == 1:   # one lane: the same schedule, so the same chunk widths too (two lanes share
+    assert engine._chunk_jit._cache_size() == chunks    # the queue as their threads run)
 
 
 def test_same_samples_with_the_portable_attention_and_a_layer_scan():
@@ -203,7 +205,7 @@ def test_per_row_budgets_and_a_bounded_number_of_programs(model):
 
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_a_repeated_call_compiles_nothing(model, lanes):
-  """The second call of the same work runs on the first call's programs: with placed parameters,
+  """The second call of the same work runs on the first call's refills: with placed parameters,
   the pool kept from the first call and each call's fresh state are alike committed, so no refill
   is compiled again (it was, once, before they were)."""
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(64,), prompt_len_buckets=(8,))
@@ -216,8 +218,12 @@ def test_a_repeated_call_compiles_nothing(model, lanes):
   for call in range(3):
     out = engine.generate(prompts, jax.random.key(call), n=4, max_new_tokens=budgets)
     np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
-    seen.append(engine.num_compiled())
+    seen.append(engine._refill_jit._cache_size())
   assert seen[0] == seen[1] == seen[2], seen
+  # the chunks: one per width a lane ran (which widths the tail of a call reaches depends on
+  # how the lanes' threads shared the queue), at most the lane's S and its halves
+  slots = 8 // lanes
+  assert engine._chunk_jit._cache_size() <= 1 + len(_narrower(slots))
 
 
 def test_engine_registry_and_errors(model):
@@ -259,7 +265,11 @@ def _oracle(q, ks, vs, window):
 @pytest.mark.parametrize("layout", ["BKHS", "BSKH"])
 @pytest.mark.parametrize("window", [None, 5])
 @pytest.mark.parametrize("jit", [False, True])
-def test_ragged_attention_against_numpy(layout, window, jit):
+@pytest.mark.parametrize("tuning", ["auto", "off"])
+def test_ragged_attention_against_numpy(layout, window, jit, tuning, monkeypatch):
+  """Both products: the CPU-tuned one (`attention_cpu.paged_partials`, what a CPU target runs)
+  and the portable one (`BOTJAX_XLA_CPU_TUNING=0`, what GPU and TPU programs hold)."""
+  monkeypatch.setenv("BOTJAX_XLA_CPU_TUNING", tuning)
   rng = np.random.default_rng(1)
   cfg = dataclasses.replace(CFG, num_layers=2)
   bs, nb, s_num, kh, g, h = 4, 16, 3, 2, 2, 8
