@@ -235,3 +235,10 @@ def paged_partials(qb: jax.Array, keys: jax.Array, values: jax.Array,
   part = xla_cpu.fused_sum(e[:, :, :, None, :] * values[:, :, None], axis=-1)
   return top, part_sum, part
 
+
+def paged_products(portable, qb, keys, values, visible):
+  """`paged_partials` in programs lowered for CPU (tuning on), `portable(qb, keys, values,
+  visible)` for every other platform (`xla_cpu.on_cpu`): the one CPU branch of
+  `botjax.sampling.paged`."""
+  return xla_cpu.on_cpu(paged_partials, portable, qb, keys, values, visible)
+

