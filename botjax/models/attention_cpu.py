@@ -198,8 +198,8 @@ def attend_cpu(q, k, v, allowed, cached=None, prefix=None, *, causal: bool = Fal
 
 
 # Pool blocks a paged decode step reads per loop trip on CPU (`botjax.sampling.SlotEngine`'s
-# default `tile_blocks` there; 128 elsewhere): 64 measured 1.1-1.25x faster than 128 in the
-# slot engine (benchmarks/long_rollouts.py's workloads, A/B in one process).
+# default `tile_blocks` there; 128 elsewhere): 64 measured 1.12-1.15x faster than 128 in the
+# slot engine (benchmarks/long_rollouts.py's budget-1,024 and fixed workloads, A/B in one process).
 PAGED_TILE_BLOCKS = 64
 
 

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array],
                          targets: jax.Array, mask: jax.Array | None = None, *,
                          temperature: float = 1.0, chunk_size: int = 128,
-                         support: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                         support: jax.Array | None = None,
+                         cut: Callable[[jax.Array], jax.Array] | None = None) -> tuple:
   """log π(y_l | ·) and H(π) of tempered logits, chunked over L.
 
   z = unembed(h_l) / τ,  log π(y_l) = z[y_l] − logsumexp(z),  H = −Σ_v π_v log π_v.
@@ -47,9 +48,15 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
     chunk_size: C, positions per chunk (L is padded up to a multiple of C).
     support: float32 [B, L] thresholds on the tempered log-probabilities (−inf: no cut), or
       None for the untruncated softmax.
+    cut: instead of `support`, the sampling rule's cut: tempered logits [N, V] -> thresholds
+      [N] (`botjax.sampling.filtering.support_threshold` of `filter_logits(z, top_k=,
+      top_p=)`), applied to each chunk's own logits. For an engine that samples under top-k /
+      top-p but does not return its cut (vLLM): the log-probs are then taken under the cut
+      of these logits, which at the sampling parameters is the sampler's (up to rounding).
 
   Returns:
-    (logp, entropy): float32 [B, L] each.
+    (logp, entropy): float32 [B, L] each; with `cut`, (logp, entropy, support), the support
+    [B, L] being what `support=` takes, so that an update scores under the same cut.
 
   References:
     Levanter blockwise cross-entropy; tunix `chunk_size` log-probs.
@@ -70,18 +77,25 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
   y = y.reshape(b, n, c).transpose(1, 0, 2)         # [n, B, C]
   inv_t = 1.0 / temperature
 
+  if support is not None and cut is not None:
+    raise ValueError("pass support (a recorded cut) or cut (a rule), not both")
+
   @jax.checkpoint
   def chunk(h_c, y_c, *sup):
     z = unembed(h_c).astype(jnp.float32) * inv_t                   # [B, C, V]
     lse = jax.nn.logsumexp(z, axis=-1)                             # [B, C]
     picked = jnp.take_along_axis(z, y_c[..., None], axis=-1)[..., 0]
     logp_all = z - lse[..., None]
+    if cut is not None:                                            # the cut of these logits
+      sup = (cut(z.reshape(-1, z.shape[-1])).astype(jnp.float32).reshape(z.shape[:-1]),)
     if sup:
       vocab = jnp.arange(z.shape[-1], dtype=jnp.int32).reshape((1,) * y_c.ndim + (-1,))
       kept = (logp_all >= sup[0][..., None]) | (vocab == y_c[..., None])
       lse_kept = jax.nn.logsumexp(jnp.where(kept, z, -jnp.inf), axis=-1)
       logq = jnp.where(kept, z - lse_kept[..., None], 0.0)
       ent = -jnp.sum(jnp.where(kept, jnp.exp(logq), 0.0) * logq, axis=-1)
+      if cut is not None:
+        return picked - lse_kept, ent, sup[0]
       return picked - lse_kept, ent
     # −Σ π log π: a sum of non-negative terms (lse − Σ π z would cancel two large ones in f32)
     ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
@@ -96,13 +110,13 @@ def logprobs_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.A
       raise ValueError(f"support must be [B, L] = {(b, l)}, got {support.shape}")
     sup = jnp.pad(support.astype(jnp.float32), ((0, 0), (0, pad)), constant_values=-jnp.inf)
     xs = (h, y, sup.reshape(b, n, c).transpose(1, 0, 2))
-  _, (logp, ent) = jax.lax.scan(body, None, xs)
-  logp = logp.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
-  ent = ent.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
+  _, outs = jax.lax.scan(body, None, xs)
+  outs = [x.transpose(1, 0, 2).reshape(b, n * c)[:, :l] for x in outs]
+  logp, ent = outs[:2]
   if mask is not None:
     logp = jnp.where(mask, logp, 0.0)
     ent = jnp.where(mask, ent, 0.0)
-  return logp, ent
+  return (logp, ent, outs[2]) if cut is not None else (logp, ent)
 
 
 def token_logprobs(model, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
@@ -225,56 +239,16 @@ def _completion_hidden(model, input_ids, positions, attention_mask, completion_l
   return h, targets
 
 
-def support_from_hidden(hidden: jax.Array, unembed: Callable[[jax.Array], jax.Array],
-                        cut: Callable[[jax.Array], jax.Array], *, temperature: float,
-                        chunk_size: int = 128) -> jax.Array:
-  """The top-k / top-p support thresholds a sampler records (`botjax.sampling.filtering.
-  support_threshold`), taken from these hidden states' own logits: [B, L].
-
-    support_l = (min_{v kept} z_v + max_{v cut} z_v) / 2 − logsumexp(z),  z = unembed(h_l) / τ
-
-  with "kept" the tokens the sampling rule keeps (−inf where nothing is cut): `cut` maps
-  tempered logits [N, V] to those thresholds [N] (`botjax.sampling.filtering.
-  support_threshold` of `filter_logits(z, top_k=, top_p=)`; the trainer builds it). This is the trainer's cut for an engine that samples under top-k / top-p but does not
-  return its cut (vLLM): the log-probs then taken under it (`logprobs_from_hidden(support=)`)
-  are the trainer's truncated, renormalised distribution, the one vLLM reports
-  (`logprobs_mode="processed_logprobs"`) up to the two programs' float rounding.
-
-  Args:
-    hidden: [B, L, D]; unembed: hidden [..., D] -> logits [..., V].
-    cut: tempered logits [N, V] -> thresholds [N] (static, jit-able).
-    temperature: τ > 0.
-    chunk_size: positions per chunk of logits (the [B, L, V] logits never exist at once).
-
-  Returns:
-    float32 [B, L] thresholds on the tempered log-probabilities.
-  """
-  if temperature <= 0:
-    raise ValueError(f"temperature must be > 0, got {temperature}")
-  b, l, d = hidden.shape
-  c = min(chunk_size, l)
-  n = -(-l // c)
-  h = jnp.pad(hidden, ((0, 0), (0, n * c - l), (0, 0))).reshape(b, n, c, d).transpose(1, 0, 2, 3)
-
-  def body(carry, h_c):
-    z = unembed(h_c).astype(jnp.float32) / jnp.float32(temperature)          # [B, C, V]
-    flat = z.reshape(-1, z.shape[-1])
-    return carry, cut(flat).astype(jnp.float32).reshape(z.shape[:-1])
-
-  _, sup = jax.lax.scan(body, None, h)
-  return sup.transpose(1, 0, 2).reshape(b, n * c)[:, :l]
-
-
 def completion_logprobs_own_cut(model, input_ids: jax.Array, positions: jax.Array,
                                 attention_mask: jax.Array, cut: Callable, *,
                                 completion_len: int, temperature: float,
                                 chunk_size: int = 128, num_prompts: int = 0,
                                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """`completion_logprobs` under the model's own top-k / top-p cut (`support_from_hidden`),
-  from one forward pass: for an engine that samples truncated but returns no cut.
+  """`completion_logprobs` under the model's own top-k / top-p cut (`logprobs_from_hidden`'s
+  `cut`), from one forward pass: for an engine that samples truncated but returns no cut.
 
   Args:
-    as `completion_logprobs`; cut: the sampling rule's cut (`support_from_hidden`).
+    as `completion_logprobs`; cut: the sampling rule's cut (`logprobs_from_hidden`).
 
   Returns:
     (logp, entropy, support): float32 [B, T] each; `support` is what `completion_logprobs`'
@@ -282,8 +256,5 @@ def completion_logprobs_own_cut(model, input_ids: jax.Array, positions: jax.Arra
   """
   h, targets = _completion_hidden(model, input_ids, positions, attention_mask, completion_len,
                                   num_prompts)
-  support = support_from_hidden(h, model.unembed, cut, temperature=temperature,
-                                chunk_size=chunk_size)
-  logp, ent = logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
-                                   chunk_size=chunk_size, support=support)
-  return logp, ent, support
+  return logprobs_from_hidden(h, model.unembed, targets, temperature=temperature,
+                              chunk_size=chunk_size, cut=cut)

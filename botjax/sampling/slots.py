@@ -86,8 +86,8 @@ def _prefill_bucket(u: int, slots: int) -> int:
 def _narrower(slots: int) -> list[int]:
   """Row counts of the chunks once no request waits: S/2, S/4, … (those ≥ 1), widest first.
 
-  Halving keeps at least half of a narrowed chunk's rows live (utilisation 0.84 -> 0.91 on
-  `benchmarks/long_rollouts.py`'s budget-1,024 workload against S/4, S/16 only), for
+  Halving keeps at least half of a narrowed chunk's rows live (utilisation 0.84-0.86 ->
+  0.91-0.92 on `benchmarks/long_rollouts.py`'s skewed workloads against S/4, S/16 only), for
   log2(S) chunk programs instead of 2."""
   out, width = [], slots // 2
   while width >= 1:
@@ -335,8 +335,7 @@ class _Call:
     self._cond = threading.Condition()
     self._in_flight = 0
     self._left = np.zeros((len(prompts),), np.int64)       # unfinished requests per prompt
-    self._rows: dict[int, list[_Request]] = {}
-    self.queued: list[int] = []                              # prompts queued, in order
+    self._rows: dict[int, list[_Request]] = {}               # finished rows, by prompt queued
     self.error: BaseException | None = None
     self.finished: list[_Request] = []
     self._add(start)
@@ -351,11 +350,15 @@ class _Call:
       if p in self._rows:
         raise ValueError(f"prompt {p} was queued twice")
       self._rows[p] = []
-      self.queued.append(p)
       self._left[p] = self.n
       for s in range(self.n):
         rid = p * self.n + s
         self._queue.append(_Request(rid=rid, prompt=p, budget=int(self.budgets[rid])))
+
+  def queued(self) -> list[int]:
+    """The prompts queued so far, in order."""
+    with self._cond:
+      return list(self._rows)
 
   def waiting(self) -> bool:
     """Whether a request waits for a slot."""
@@ -508,7 +511,7 @@ class SlotEngine:
     call, shapes = self._call(prompts, key, n=n, max_new_tokens=max_new_tokens, params=params,
                               stop_token_ids=stop_token_ids, start=None, on_group=None)
     self._serve(call)
-    return self._assemble(call, call.queued, *shapes)
+    return self._assemble(call, call.queued(), *shapes)
 
   def generate_groups(self, prompts: Sequence[Sequence[int]], key: jax.Array, *, n: int,
                       start: Sequence[int], on_group, row_keys: Any = None,
@@ -546,7 +549,7 @@ class SlotEngine:
     self._serve(call)
     if call.error is not None:
       raise call.error
-    queued = np.asarray(sorted(call.queued), np.int64)
+    queued = np.asarray(sorted(call.queued()), np.int64)
     return self._assemble(call, queued, *shapes), queued
 
   def _call(self, prompts, key, *, n, max_new_tokens, params, stop_token_ids, start, on_group,

@@ -568,13 +568,10 @@ class RolloutCollector:
     cands = P * (1 + self.max_resample_rounds)
     records = [self.prompts.get(position + c) for c in range(cands)]
     ids, texts = self.encode(records)
-    c = np.arange(cands)
-    rows = (c[:, None] // P, ((c % P)[:, None] * G + np.arange(G)[None, :]))
-    round_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(
-        self.max_resample_rounds + 1))
-    row_keys = jax.vmap(jax.random.fold_in)(round_keys[jnp.asarray(rows[0].repeat(G, axis=1)
-                                                                     .reshape(-1))],
-                                            jnp.asarray(rows[1].reshape(-1)))
+    c = np.repeat(np.arange(cands), G)                    # each row's candidate, s = row % G
+    rnd, row = c // P, (c % P) * G + np.arange(cands * G) % G
+    row_keys = jax.vmap(jax.random.fold_in)(
+        jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.asarray(rnd)), jnp.asarray(row))
     parts: dict[int, Rollouts] = {}
     varies: dict[int, bool] = {}
     nxt = [P]
