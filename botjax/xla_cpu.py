@@ -12,13 +12,15 @@ make them faster, and all of them live here:
   explicitly by the scripts that want it);
 * host threads that run parts of a batch as separate programs side by side
   (`default_host_threads`, `HostThreads`; the sampler splits its prompts with them, and
-  `botjax.train.step.ParallelUpdate` the rows of an update).
+  `botjax.train.step.ParallelUpdate` the rows of an update);
+* the rollout engine that `rollout.engine="auto"` picks (`prefers_slots`): the slot engine
+  where it was measured faster than the lockstep sampler, the lockstep sampler elsewhere.
 
 The switch is the environment variable `BOTJAX_XLA_CPU_TUNING`:
 
 * `auto` (default): the in-program measures (fused reductions, Threefry, the `"cpu"` attention
-  of `botjax.models.attention_cpu`) apply when the target is CPU; compiler options and host threads
-  apply on CPU hosts with at most 4 cores (where they were measured);
+  of `botjax.models.attention_cpu`) apply when the target is CPU; compiler options, host threads
+  and the engine choice apply on CPU hosts with at most 4 cores (where they were measured);
 * `1` (or `on`): as `auto`, also on CPU hosts with more cores;
 * `0` (or `off`): nothing here applies; every program is the portable one.
 
@@ -561,3 +563,47 @@ class HostThreads:
     if self._pool is not None:
       self._pool.shutdown(wait=True)
       self._pool = None
+
+
+# -- the rollout engine of rollout.engine="auto" ------------------------------------------------
+
+# The smallest generation budget at which "auto" picks botjax's slot engine on a small CPU host.
+# `benchmarks/long_rollouts.py` (2-core AMD EPYC, 64 slots, length-skewed completions): the slot
+# engine gave 1.81x the lockstep sampler's useful tokens/s at budget 256 and 10.7x at 1,024; the
+# quick-start's 64-token budget (16 x 8 rows, completions of about 40 tokens) ran 1.5x slower
+# on it (docs/scaling.md).
+SLOTS_MIN_NEW_TOKENS = 256
+
+
+def prefers_slots(max_new_tokens: int, where: Any = None) -> bool:
+  """Whether `rollout.engine="auto"` (`botjax.sampling.auto_engine`) picks the slot engine.
+
+  True on one device of a small CPU host (`small_host`: where it was measured) in a one-process
+  run, for a budget of at least `SLOTS_MIN_NEW_TOKENS` tokens. On GPU and TPU (lockstep
+  decoding of a batch that fits the slots is bound by weight reads there, and the slot engine is
+  not measured on them), on meshes of several devices (the slot pool is not split over the
+  batch axes as the lockstep cache is), in multi-process runs and with the switch off, "auto"
+  is the lockstep sampler.
+
+  Args:
+    max_new_tokens: the run's generation budget.
+    where: the model, its parameters or the mesh the engine will run on (see `platform_of`).
+  """
+  return (small_host(where) and jax.process_count() == 1 and _num_devices(where) == 1
+          and int(max_new_tokens) >= SLOTS_MIN_NEW_TOKENS)
+
+
+def _num_devices(where: Any = None) -> int:
+  """Devices of a mesh (concrete or abstract), a device list or a placed pytree; else of the
+  mesh set with `jax.set_mesh`, else 1 (the default device)."""
+  if isinstance(where, (jax.sharding.Mesh, jax.sharding.AbstractMesh)):
+    return int(where.size)
+  if isinstance(where, jax.Device):
+    return 1
+  if isinstance(where, (list, tuple)) and where and all(isinstance(d, jax.Device) for d in where):
+    return len(where)
+  for leaf in jax.tree.leaves(where):
+    if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
+      return len(leaf.sharding.device_set)
+  mesh = jax.sharding.get_abstract_mesh()
+  return 1 if mesh.empty else int(mesh.size)

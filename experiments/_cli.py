@@ -139,10 +139,12 @@ def define_run_flags(name: str, *, workdir: str, eval_n: int, eval_help: str,
   flags.DEFINE_string("mesh", "fsdp:-1", "Mesh spec, e.g. fsdp:8 or data:2,fsdp:4 (-1: the rest).")
   flags.DEFINE_string("checkpoint", "", "Local HF checkpoint dir (default: the preset's Hub repo, "
                       "from the HF cache or downloaded into it; --offline: cache only).")
-  flags.DEFINE_string("engine", "jax", "Rollout engine: a name of botjax.sampling.ENGINES (jax: "
+  flags.DEFINE_string("engine", "auto", "Rollout engine: a name of botjax.sampling.ENGINES (jax: "
                       "the lockstep KV-cache sampler; slots: continuous batching over a paged KV "
                       "pool, faster when completion lengths spread; vllm: a vLLM engine in this "
-                      "process; docs/scaling.md), TrainConfig.rollout.engine.")
+                      "process; auto: slots where measured faster (one device of a small CPU "
+                      "host, budgets of 256 tokens and more), else jax; docs/scaling.md), "
+                      "TrainConfig.rollout.engine.")
   flags.DEFINE_integer("steps", 200, "RL steps.")
   flags.DEFINE_string("workdir", workdir, f"Output dir of the {name} run: checkpoints/, "
                       "metrics.jsonl, eval.json, config.json.")
@@ -182,7 +184,7 @@ def memory_settings(cfg, *, remat: bool | None = None, scan_layers: bool | None 
   return dataclasses.replace(cfg, **changes)
 
 
-def paper_config(cfg, *, eval_every: int, engine: str = "jax", sets=(), remat=None,
+def paper_config(cfg, *, eval_every: int, engine: str = "auto", sets=(), remat=None,
                  scan_layers=None, micro_batch_size=None, verbose=False):
   """The run config of a paper experiment: `cfg` (the experiment's TrainConfig) under the
   paper's protocol, then the user's settings.
@@ -254,16 +256,37 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
   """The dry-run memory/FLOPs plan of one update of `cfg` (a TrainConfig) on `mesh`, and whether
   it fits `device_memory_gib` (default: the attached accelerator's memory). The experiments load
   their models with float32 parameters and computation (`load_pretrained`'s defaults)."""
+  import math
+
+  import jax
   import jax.numpy as jnp
   from botjax import models
+  from botjax.models.sharding import abstract_mesh
   r = cfg.rollout
   rows = r.prompts_per_step * r.group_size // max(cfg.mini_batches, 1)
   memory = None if device_memory_gib is None else int(device_memory_gib * (1 << 30))
-  return user(lambda: str(models.plan(
+  sizes = [int(x.split(":")[1]) for x in mesh.split(",") if ":" in x]
+  engine = engine_here(cfg, abstract_mesh(
+      mesh, jax.device_count() if -1 in sizes else math.prod(sizes)))
+  text = user(lambda: str(models.plan(
       model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
       completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,
       remat=bool(cfg.remat), micro_batch_size=cfg.micro_batch_size, device_memory=memory,
-      compute_flops=compute_flops, kv_slots=SLOT_ENGINE_SLOTS if r.engine == "slots" else 0)))
+      compute_flops=compute_flops, kv_slots=SLOT_ENGINE_SLOTS if engine == "slots" else 0)))
+  label, value = "rollout engine", engine + (" (auto)" if r.engine == "auto" else "")
+  width = len(next(line for line in text.splitlines() if "params / device" in line))
+  return f"{text}\n  {label}{value:>{width - 2 - len(label)}}"
+
+
+def engine_here(cfg, mesh=None) -> str:
+  """The rollout engine `cfg` runs with on this host and `mesh`: its name, "auto" resolved as
+  the trainer resolves it (`train.config.resolve_engine`: the engine of the run saved in
+  `cfg.workdir`, else the one `botjax.sampling.auto_engine` picks here)."""
+  from botjax.train import config as config_lib
+  from botjax.train.checkpoint import saved_config
+  from botjax.train.rundir import RunDir
+  saved = saved_config(RunDir(cfg.workdir).checkpoints_dir) if cfg.rollout.engine == "auto" else None
+  return config_lib.resolve_engine(cfg, saved=saved, where=mesh).rollout.engine
 
 
 def refuse_rerun(workdir: str, resume: bool) -> None:
@@ -294,6 +317,7 @@ def finished_seconds(workdir: str, cfg) -> float | None:
     saved = json.load(f)
   recs = run.read_metrics()
   complete = recs and recs[-1].get("step") == cfg.steps and "eval/accuracy" in recs[-1]
+  cfg = config_lib.resolve_engine(cfg, saved=saved.get("config"))   # "auto": the engine it ran
   same = not config_lib.config_diff(saved.get("config", {}),
                                     json.loads(json.dumps(config_lib.to_dict(cfg))),
                                     ignore=frozenset())

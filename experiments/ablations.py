@@ -134,7 +134,7 @@ def run_one(prepared, variant: Variant, seed: int) -> float:
   finally:
     trainer.close()
   seconds = time.perf_counter() - t0
-  _cli.save_seconds(path, seconds, cfg)
+  _cli.save_seconds(path, seconds, trainer.cfg)   # the engine it ran ("auto" resolved)
   return seconds
 
 

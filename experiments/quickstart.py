@@ -47,10 +47,11 @@ flags.DEFINE_integer("mini_batches", 1, "Optimizer updates per pass over each ro
                      "(TrainConfig.mini_batches); with 1 (and ppo_epochs=1) the PPO ratio is 1.")
 flags.DEFINE_multi_string("set", [], "TrainConfig override, e.g. --set=optim.learning_rate=1e-3.")
 flags.DEFINE_multi_string("warm", [], "ArithmeticSetup override, e.g. --warm=warm_steps=100.")
-flags.DEFINE_string("engine", "jax", "Rollout engine of the runs and their evaluations: a name of "
-                    "botjax.sampling.ENGINES (jax: botjax's sampler; slots: botjax's continuous-"
-                    "batching engine; vllm: vLLM in this process, "
-                    "from scripts/setup_vllm.sh's environment; docs/scaling.md).")
+flags.DEFINE_string("engine", "auto", "Rollout engine of the runs and their evaluations: a name "
+                    "of botjax.sampling.ENGINES (jax: botjax's sampler; slots: botjax's "
+                    "continuous-batching engine; vllm: vLLM in this process, from "
+                    "scripts/setup_vllm.sh's environment; auto: the faster of jax and slots "
+                    "here, jax for the quick-start's 64-token budget; docs/scaling.md).")
 flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 3e-5,5e-5,1e-4,2e-4: every recipe runs "
                   "each on seed 0 (the selection seed), and its best (mean of its last five "
                   "held-out evaluations) runs on --seeds other seeds (1..N), so that the "
@@ -183,7 +184,7 @@ def main(argv):
       finally:
         trainer.close()
       timings[name] = time.perf_counter() - t0
-      _cli.save_seconds(workdir, timings[name], cfg)
+      _cli.save_seconds(workdir, timings[name], trainer.cfg)   # "auto" resolved
       print(f"{name}: {timings[name]:.0f} s", flush=True)
     return load_metrics(workdir)
 

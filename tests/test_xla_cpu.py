@@ -311,3 +311,24 @@ def test_host_threads_run_parts_concurrently_in_order():
   assert here == [threading.current_thread().name] and not pool.started
   with pytest.raises(ValueError, match="threads must be an int >= 1, got 0"):
     xla_cpu.HostThreads(0)
+
+
+def test_auto_engine_is_the_slot_engine_only_where_it_was_measured_faster(monkeypatch):
+  """`rollout.engine="auto"`: slots on small CPU hosts for budgets >= 256 (one process), the
+  lockstep sampler for shorter budgets, big hosts, other platforms and with the switch off."""
+  from botjax.sampling import auto_engine
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
+  monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 2)
+  assert xla_cpu.SLOTS_MIN_NEW_TOKENS == 256
+  assert auto_engine(256) == auto_engine(1024) == "slots"
+  assert auto_engine(255) == auto_engine(64) == "jax"
+  assert auto_engine(1024, _tpu_mesh()) == "jax"                 # never for another target
+  one = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("fsdp",))
+  eight = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+  assert auto_engine(1024, one) == "slots" and auto_engine(1024, eight) == "jax"
+  monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 64)
+  assert auto_engine(1024) == "jax"                              # not measured on big hosts
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "1")
+  assert auto_engine(1024) == "slots"
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "0")
+  assert auto_engine(1024) == "jax"

@@ -8,14 +8,16 @@
 
 Every engine implements `RolloutEngine` (botjax's: the lockstep `Sampler`, registered as "jax",
 and the continuous-batching `SlotEngine`, "slots"); `make_engine(name, model, sampling_config)`
-builds one by its registered name (`ENGINES`).
+builds one by its registered name (`ENGINES`), "auto" being the one of the two that
+`auto_engine` picks for the host and budget.
 """
 
 from botjax.sampling.buckets import bucket_size, left_pad, positions_from_mask
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.filtering import filter_logits, sample_logits, top_k_filter, top_p_filter
 from botjax.sampling.logprobs import sample_logprobs
-from botjax.sampling.engine import ENGINES, RolloutEngine, make_engine, register_engine
+from botjax.sampling.engine import (AUTO, ENGINES, RolloutEngine, auto_engine, make_engine,
+                                    register_engine)
 from botjax.sampling.output import FINISH_LENGTH, FINISH_STOP, SampleOutput, TeacherForcing
 from botjax.sampling.sampler import Sampler
 from botjax.sampling.slots import SlotEngine, SlotStats
@@ -29,7 +31,7 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "ENGINES", "RolloutEngine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP",
+    "AUTO", "ENGINES", "RolloutEngine", "auto_engine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP",
     "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig", "SlotEngine", "SlotStats",
     "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions",
     "decode_with_offsets", "encode_prompts", "filter_logits", "generate_text", "left_pad",

@@ -4,7 +4,8 @@ The trainer, the evaluations and a user's own loop call rollouts through this in
 which engine generates them is a name in a registry (`ENGINES`), chosen by a config field
 (`RolloutConfig.engine`) or an experiment flag (`--engine=`):
 
-  engine = make_engine("jax", model, sampling_config)      # botjax's lockstep one (default)
+  engine = make_engine("auto", model, sampling_config)     # the faster of the two below here
+  engine = make_engine("jax", model, sampling_config)      # botjax's lockstep one
   engine = make_engine("slots", model, sampling_config)    # botjax's continuous batching
   engine = make_engine("vllm", model, sampling_config)     # vLLM (botjax.sampling.vllm)
   out = engine.generate(prompt_ids, key, n=8)               # SampleOutput, B = P·n rows
@@ -17,6 +18,11 @@ trainer's own teacher-forced log-probs (botjax's engines, to float tolerance) or
 program's (vLLM: other kernels and precision), in which case the trainer recomputes the PPO
 ratio's old log-probs with its own forward pass.
 
+"auto" (`RolloutConfig.engine`'s default) names one of botjax's two engines by where it runs
+(`auto_engine`): the slot engine where it was measured faster (one device of a small CPU host,
+one process, budgets of 256 tokens and more), the lockstep sampler elsewhere (GPU, TPU, short budgets). The
+trainer resolves it once per run and saves the engine it chose; a resumed run keeps it.
+
 New engines register a factory with `register_engine(name, factory)`; a factory is
 `factory(model, sampling_config, *, mesh=None, **options) -> RolloutEngine`.
 """
@@ -28,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
+from botjax import xla_cpu
 from botjax.sampling.config import SamplingConfig
 from botjax.sampling.output import SampleOutput
 
@@ -91,8 +98,31 @@ def _vllm_engine(model, sampling_config: SamplingConfig, *, mesh=None,
   return VLLMEngine(model, sampling_config, mesh=mesh, **options)
 
 
-ENGINES: dict[str, EngineFactory] = {"jax": _jax_engine, "slots": _slots_engine,
-                                      "vllm": _vllm_engine}
+AUTO = "auto"
+
+
+def auto_engine(max_new_tokens: int, where: Any = None) -> str:
+  """The engine that "auto" names: "slots" where `botjax.xla_cpu.prefers_slots` (one device of
+  a small CPU host, one process, budgets >= `xla_cpu.SLOTS_MIN_NEW_TOKENS`), else "jax".
+
+  Args:
+    max_new_tokens: the generation budget.
+    where: the model, its parameters or the mesh the engine runs on (None: the default device).
+  """
+  return "slots" if xla_cpu.prefers_slots(max_new_tokens, where) else "jax"
+
+
+def _auto_engine(model, sampling_config: SamplingConfig, *, mesh=None,
+                 **options) -> RolloutEngine:
+  from flax import nnx   # local, as the factories'
+  where = (mesh if mesh is not None else nnx.state(model) if isinstance(model, nnx.Module)
+           else model[1] if isinstance(model, tuple) else None)
+  name = auto_engine(sampling_config.max_new_tokens, where)
+  return ENGINES[name](model, sampling_config, mesh=mesh, **options)
+
+
+ENGINES: dict[str, EngineFactory] = {AUTO: _auto_engine, "jax": _jax_engine,
+                                      "slots": _slots_engine, "vllm": _vllm_engine}
 
 
 def register_engine(name: str, factory: EngineFactory, *, replace: bool = False) -> None:

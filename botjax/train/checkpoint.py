@@ -27,6 +27,23 @@ class ConfigMismatchError(ValueError):
   """The saved run config differs from the current one in fields that change the run."""
 
 
+def saved_config(directory: str) -> dict | None:
+  """The run config saved with the newest checkpoint in `directory` (`<workdir>/checkpoints`),
+  or None when it holds none (read without keeping a manager open)."""
+  if not os.path.isdir(directory):
+    return None
+  mngr = ocp.CheckpointManager(os.path.abspath(directory),
+                               options=ocp.CheckpointManagerOptions(create=False))
+  try:
+    step = mngr.latest_step()
+    if step is None:
+      return None
+    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    return meta.get("config", {})
+  finally:
+    mngr.close()
+
+
 class Checkpointer:
   """Saves checkpoints of a run's TrainState and counters; keeps the newest `keep`.
 

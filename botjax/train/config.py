@@ -38,10 +38,13 @@ class RolloutConfig:
   temperature: float = 1.0             # botjax's choice (the paper gives none): docs/defaults.md
   top_k: int = 0                       # 0 = off
   top_p: float = 1.0
-  engine: str = "jax"                  # rollout engine: a name of botjax.sampling.ENGINES:
+  engine: str = "auto"                 # rollout engine: a name of botjax.sampling.ENGINES:
                                        # "jax" (lockstep decoding), "slots" (continuous
                                        # batching: faster when completion lengths spread, the
-                                       # same samples; docs/scaling.md) or "vllm"
+                                       # same samples; docs/scaling.md), "vllm", or "auto":
+                                       # "slots" where it was measured faster (one device of a
+                                       # small CPU host, one process, budget >= 256), else "jax"
+                                       # (`sampling.auto_engine`; `resolve_engine`)
   # keyword arguments of that engine's factory (`make_engine(engine, ..., **options)`), as
   # (name, value) pairs: e.g. vLLM's url (a `vllm serve` server instead of a colocated engine),
   # gpu_memory_utilization, sleep_level, kv_cache_bytes, dtype. On the command line:
@@ -107,6 +110,52 @@ RESUMABLE_FIELDS = frozenset({
 # Fields added to the config since runs were first saved, with the value that reproduces those
 # runs: a saved config without the field is the same as one holding this value.
 ADDED_FIELDS: dict[str, Any] = {"rollout.engine": "jax", "rollout.resample_in_queue": True}
+
+
+def saved_engine(saved: Mapping) -> str | None:
+  """The rollout engine a saved run config (`to_dict`, alone or as the "train" entry of a run
+  config) names; `ADDED_FIELDS`' value for a run saved before the field existed; None when it
+  holds no train config."""
+  flat = _flatten(saved)
+  for prefix in ("", "train."):
+    if prefix + "rollout.engine" in flat:
+      return flat[prefix + "rollout.engine"]
+  if any(k.startswith(("rollout.", "train.rollout.")) for k in flat):
+    return ADDED_FIELDS["rollout.engine"]
+  return None
+
+
+def resolve_engine(cfg, *, saved: Mapping | None = None, where: Any = None):
+  """`cfg` with `rollout.engine="auto"` replaced by the engine the run uses.
+
+  A run resumed from a saved one keeps the engine it was saved with (`saved_engine`), so that
+  "auto" never changes a run's engine between its start and its resumption; a new run takes
+  `botjax.sampling.auto_engine`'s choice for its budget and `where` it runs. A named engine is
+  kept as it is.
+
+  Args:
+    cfg: a TrainConfig.
+    saved: the config saved with the run's latest checkpoint, or None (a new run).
+    where: the model's parameters or the mesh the engine runs on (`xla_cpu.platform_of`).
+  """
+  from botjax.sampling.engine import AUTO, auto_engine   # local: config stays a leaf
+  if cfg.rollout.engine != AUTO:
+    return cfg
+  name = saved_engine(saved) if saved else None
+  if name is None or name == AUTO:
+    name = auto_engine(cfg.rollout.max_new_tokens, where)
+  return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, engine=name))
+
+
+def with_engine(run_config: Mapping, engine: str) -> dict:
+  """`run_config` (`to_dict` of a TrainConfig, alone or as its "train" entry) with an "auto"
+  rollout engine replaced by `engine`, the one the run uses (so the saved config names it)."""
+  out = json.loads(json.dumps(dict(run_config)))
+  for holder in (out, out.get("train")):
+    rollout = holder.get("rollout") if isinstance(holder, dict) else None
+    if isinstance(rollout, dict) and rollout.get("engine") == "auto":
+      rollout["engine"] = engine
+  return out
 
 
 def to_dict(cfg) -> dict:

@@ -164,8 +164,8 @@ class ConsoleHook(Hook):
       return
     cfg = trainer.cfg
     where = f"resuming at step {trainer.host_step}" if trainer.resumed_from else "starting"
-    print(f"[botjax] {trainer.recipe.name} on {model_name(trainer)}, {where} in {cfg.workdir}",
-          flush=True)
+    print(f"[botjax] {trainer.recipe.name} on {model_name(trainer)}, rollouts on "
+          f"{cfg.rollout.engine}, {where} in {cfg.workdir}", flush=True)
     if self.verbose:
       print(f"[botjax] recipe: {trainer.recipe}\n[botjax] config: "
             + json.dumps(trainer.run_config, sort_keys=True), flush=True)

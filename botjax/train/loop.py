@@ -27,7 +27,9 @@ from botjax.rewards.base import reward_spec
 from botjax.sampling import RolloutEngine, SamplingConfig, make_engine
 from botjax.train import step as step_lib
 from botjax.train.batch import BatchPreview, build_batch
-from botjax.train.config import TrainConfig, json_ready, recipe_for_run, to_dict
+from botjax.train.checkpoint import saved_config
+from botjax.train.config import (TrainConfig, json_ready, recipe_for_run, resolve_engine,
+                                 to_dict, with_engine)
 from botjax.train.hooks import StepInfo, default_hooks
 from botjax.train.programs import UpdatePrograms, check_layout, commit
 from botjax.train.rollouts import (PromptSource, RolloutCollector, Rollouts, default_prompt,
@@ -51,7 +53,8 @@ class RLTrainer:
       resume (default `to_dict(cfg)`; kept as it reads back from JSON).
     stop_token_ids: extra ids that end a completion besides the tokenizer's EOS.
     engine: a `RolloutEngine` to reuse (config equal to the run's); default
-      `make_engine(cfg.rollout.engine, ...)`.
+      `make_engine(cfg.rollout.engine, ...)`, "auto" resolved first (`config.resolve_engine`:
+      a resumed run keeps its saved engine; `self.cfg` and the saved config name the engine).
     collector: a `RolloutCollector` to use instead of building one (its engine is the run's);
       injected parts are the caller's to close.
     checkpoint: the Hugging Face checkpoint the model was loaded from, recorded in config.json
@@ -66,8 +69,14 @@ class RLTrainer:
                checkpoint: str | None = None):
     if cfg.host_threads < 0:
       raise ValueError(f"host_threads must be >= 0 (0 = automatic), got {cfg.host_threads}")
+    self.rundir = RunDir(cfg.workdir)
+    # "auto": the saved run's engine when resuming, else the faster one here (resolve_engine)
+    resolved = resolve_engine(cfg, saved=saved_config(self.rundir.checkpoints_dir),
+                              where=mesh if mesh is not None else nnx.state(model))
+    self.run_config = with_engine(json_ready(run_config) if run_config is not None
+                                  else to_dict(cfg), resolved.rollout.engine)
+    cfg = resolved
     self.cfg, self.tokenizer, self.eval_fn, self.mesh = cfg, tokenizer, eval_fn, mesh
-    self.run_config = json_ready(run_config) if run_config is not None else to_dict(cfg)
     self.model_config = model.config
     r = cfg.rollout
     self.sampling = SamplingConfig.for_model(
@@ -112,7 +121,6 @@ class RLTrainer:
                                    temperature=self.temperature, cut=cut, mesh=mesh,
                                    where=self.state.params)
 
-    self.rundir = RunDir(cfg.workdir)
     self.checkpointer = self.rundir.checkpointer(keep=cfg.keep_checkpoints)
     self.hooks = default_hooks(cfg, rundir=self.rundir, eval_fn=eval_fn,
                                run_config=self.run_config,

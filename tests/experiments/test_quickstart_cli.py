@@ -82,7 +82,7 @@ def test_contrasts_must_name_two_recipes_of_algos(tmp_path):
 
 def test_engine_is_checked_before_the_warm_start(tmp_path):
   r = _run("--engine=foo", f"--workdir={tmp_path}", *TINY, timeout=120)
-  assert r.returncode == 2 and "--engine='foo': not a rollout engine; valid: jax, slots, vllm" in r.stderr
+  assert r.returncode == 2 and "--engine='foo': not a rollout engine; valid: auto, jax, slots, vllm" in r.stderr
   # vLLM on CPU: the default tiny model's head size (96 / 4 = 24) has no CPU attention kernel
   r = _run("--engine=vllm", f"--workdir={tmp_path}", *TINY, timeout=120)
   assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -10,6 +10,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 
@@ -84,7 +85,10 @@ def test_help_and_dry_run_plan(tmp_path):
   assert "3,085.9 M" in r.stdout and "8 devices" in r.stdout
   # the paper's recipe: 8 prompts x 8 rollouts, BoT-GRPO with the React reward's own weights
   assert '"prompts_per_step": 8' in r.stdout and '"group_size": 8' in r.stdout
-  assert '"engine": "jax"' in r.stdout
+  # "auto": the engine the command would run, named in the plan: on 8 devices the lockstep
+  # sampler (its cache split over the batch), whatever the host
+  assert '"engine": "auto"' in r.stdout and re.search(r"rollout engine +jax \(auto\)\n", r.stdout)
+  assert "KV cache / device (64 slots)" not in r.stdout
   assert "recipe bot_grpo: w_global=1, w_local=1" in r.stdout and not os.listdir(tmp_path)
   # the paper's reward needs both judges: the dry run says that this command would not train
   assert "reward (--judges=all): not runnable as given" in r.stdout
@@ -98,7 +102,7 @@ USER_ERRORS = [
     (["--judges=off", "--judge=http://127.0.0.1:9/v1"], "--judges=off leaves out --judge"),
     (["--judges=code", "--judge=not-a-url"], "not an http(s) URL"),
     (["--judges=off", "--warm=nonsense=1"], "nonsense"),
-    (["--judges=off", "--engine=nope"], "--engine='nope': not a rollout engine; valid: jax"),
+    (["--judges=off", "--engine=nope"], "--engine='nope': not a rollout engine; valid: auto, jax"),
 ]
 
 

@@ -6,8 +6,9 @@ import pytest
 from flax import nnx
 
 import botjax.models as bm
-from botjax.sampling import (ENGINES, RolloutEngine, Sampler, SamplingConfig, make_engine,
-                             register_engine)
+from botjax import xla_cpu
+from botjax.sampling import (ENGINES, RolloutEngine, Sampler, SamplingConfig, SlotEngine,
+                             make_engine, register_engine)
 
 CFG = bm.DecoderConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                        head_dim=8, intermediate_size=64, qkv_bias=True, rope_theta=1e4)
@@ -36,3 +37,21 @@ def test_unknown_and_duplicate_engine_names_are_refused():
     register_engine("jax", ENGINES["jax"])
   with pytest.raises(ValueError, match="non-empty str"):
     register_engine("", ENGINES["jax"])
+
+
+def test_auto_names_the_engine_for_the_budget_and_host(monkeypatch):
+  """make_engine("auto") builds what `auto_engine` names: on this small CPU host the slot engine
+  from a 256-token budget, the lockstep sampler below it; both give the same completions."""
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
+  monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 2)
+  model = bm.Decoder(CFG, rngs=nnx.Rngs(0))
+  short = make_engine("auto", model, SC)
+  long_sc = SamplingConfig(temperature=1.0, max_new_tokens=256, eos_token_ids=(1,))
+  long = make_engine("auto", model, long_sc)
+  assert type(short) is Sampler and type(long) is SlotEngine
+  out = long.generate([[5, 6, 7], [9]], jax.random.key(3), n=2, max_new_tokens=8)
+  want = Sampler(model, CFG, long_sc).generate([[5, 6, 7], [9]], jax.random.key(3), n=2,
+                                               max_new_tokens=8)
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(want.tokens))
+  for e in (short, long):
+    e.close()

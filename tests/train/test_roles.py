@@ -54,7 +54,7 @@ def make_trainer(env, cfg, **kw):
   trainer = RLTrainer(cfg, model=models.Decoder(env["cfg"], rngs=nnx.Rngs(0)),
                       tokenizer=env["tok"], prompts=ListPrompts(env["train"], seed=0),
                       prompt_fn=prompt_fn, **kw)
-  if cfg.rollout.engine == "jax":
+  if trainer.cfg.rollout.engine == "jax":              # "auto" at this budget: jax
     env["engines"].setdefault("jax", trainer.engine)   # one compiled engine for the module
   return trainer
 

@@ -15,7 +15,7 @@ from botjax import algorithms, data, models
 from botjax.rewards import MathReward, RewardResult, RewardSpec
 from botjax.testbeds.arith_judge import ExactArithmeticJudge
 from botjax.train import config as C
-from botjax.train.checkpoint import ConfigMismatchError
+from botjax.train.checkpoint import ConfigMismatchError, saved_config
 from botjax.train import rollouts
 from botjax.train.loop import RLTrainer
 from botjax.train.rollouts import ListPrompts
@@ -163,6 +163,57 @@ def test_resume_refuses_a_changed_config(env, tmp_path):
                         optim=C.OptimConfig(learning_rate=5e-3))
   with pytest.raises(ConfigMismatchError, match=r"optim\.learning_rate"):
     make_trainer(env, changed)
+
+
+def _engine_run(env, workdir, engine, run_config=None):
+  """A trainer of a 256-token budget (where "auto" is the slot engine on this host), its engine
+  built, not run; `save()` leaves a checkpoint with the run config."""
+  cfg = base_config(workdir, steps=1, checkpoint_every=1,
+                    rollout=C.RolloutConfig(prompts_per_step=2, group_size=4, max_new_tokens=256,
+                                            max_prompt_tokens=128, engine=engine))
+  return make_trainer(env, cfg, engine=None, run_config=run_config)
+
+
+def test_auto_engine_is_chosen_once_saved_and_kept_on_resume(env, tmp_path, monkeypatch):
+  """"auto" resolves to the slot engine for a new long-budget run on this host and the saved
+  config names it; a resumed run keeps the engine it was saved with ("jax", or no field at all
+  for a run saved before it existed), while naming another engine still refuses to resume."""
+  from botjax import xla_cpu
+  from botjax.sampling import Sampler, SlotEngine
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
+  monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 2)
+  assert C.RolloutConfig().engine == "auto"
+
+  def saved_then_resumed(workdir, engine, run_config=None):
+    t = _engine_run(env, workdir, engine, run_config)
+    chosen = t.cfg.rollout.engine
+    try:
+      t.save()
+    finally:
+      t.close()
+    again = _engine_run(env, workdir, "auto")
+    try:
+      return chosen, again.cfg.rollout.engine, type(again.engine), again.run_config
+    finally:
+      again.close()
+
+  new, resumed, kind, run_config = saved_then_resumed(tmp_path / "new", "auto")
+  assert new == resumed == "slots" and kind is SlotEngine
+  assert run_config["rollout"]["engine"] == "slots"
+  saved = saved_config(str(tmp_path / "new" / "checkpoints"))
+  assert saved["rollout"]["engine"] == "slots"
+  _, resumed, kind, _ = saved_then_resumed(tmp_path / "jax", "jax")
+  assert resumed == "jax" and kind is Sampler
+  old_cfg = base_config(tmp_path / "old", steps=1, checkpoint_every=1,
+                        rollout=C.RolloutConfig(prompts_per_step=2, group_size=4,
+                                                max_new_tokens=256, max_prompt_tokens=128,
+                                                engine="jax"))
+  old = C.to_dict(old_cfg)
+  del old["rollout"]["engine"], old["rollout"]["resample_in_queue"]   # saved before they existed
+  _, resumed, kind, _ = saved_then_resumed(tmp_path / "old", "jax", run_config=old)
+  assert resumed == "jax" and kind is Sampler
+  with pytest.raises(ConfigMismatchError, match=r"rollout\.engine: saved='slots' now='jax'"):
+    _engine_run(env, tmp_path / "new", "jax")
 
 
 class Flaky:
