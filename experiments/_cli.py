@@ -285,7 +285,8 @@ def engine_here(cfg, mesh=None) -> str:
   from botjax.train import config as config_lib
   from botjax.train.checkpoint import saved_config
   from botjax.train.rundir import RunDir
-  saved = saved_config(RunDir(cfg.workdir).checkpoints_dir) if cfg.rollout.engine == "auto" else None
+  saved = (saved_config(RunDir(cfg.workdir).checkpoints_dir) if cfg.rollout.engine == "auto"
+           else None)
   return config_lib.resolve_engine(cfg, saved=saved, where=mesh).rollout.engine
 
 

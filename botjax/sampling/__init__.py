@@ -31,7 +31,8 @@ from botjax.sampling.text import (
 )
 
 __all__ = [
-    "AUTO", "ENGINES", "RolloutEngine", "auto_engine", "make_engine", "register_engine", "FINISH_LENGTH", "FINISH_STOP",
+    "AUTO", "ENGINES", "RolloutEngine", "auto_engine", "make_engine", "register_engine",
+    "FINISH_LENGTH", "FINISH_STOP",
     "SampleOutput", "sample_logprobs", "Sampler", "SamplingConfig", "SlotEngine", "SlotStats",
     "TeacherForcing", "TextSamples", "TokenOffsets", "bucket_size", "decode_completions",
     "decode_with_offsets", "encode_prompts", "filter_logits", "generate_text", "left_pad",
