@@ -519,11 +519,22 @@ def to_local(x: jax.Array) -> np.ndarray:
 
 def gather(tree: Any) -> Any:
   """Every process gets the whole value of each global array in `tree`, as numpy (an
-  all-gather across processes: use it for metrics and small results, not for weights)."""
+  all-gather across processes: use it for metrics and small results, not for weights).
+
+  A `jax.Array` that this process already holds whole (fully addressable: e.g. the output of
+  `botjax.sampling.SlotEngine`, assembled on every process from the same replicated tokens) is
+  its value as it is; an array spanning other processes' devices is all-gathered, and a numpy
+  leaf is this process's rows of a value tiled across the processes."""
   if jax.process_count() == 1:
     return jax.tree.map(np.asarray, tree)
   from jax.experimental import multihost_utils
-  return multihost_utils.process_allgather(tree, tiled=True)
+
+  def one(x):
+    if isinstance(x, jax.Array) and x.is_fully_addressable:
+      return np.asarray(x)
+    return multihost_utils.process_allgather(x, tiled=True)
+
+  return jax.tree.map(one, tree)
 
 
 def is_multiprocess() -> bool:

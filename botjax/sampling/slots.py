@@ -437,6 +437,9 @@ class SlotEngine:
     lanes: independent slot groups run by as many host threads (None:
       `botjax.xla_cpu.default_host_threads`, 2 on small CPU hosts, else 1).
     mesh: optional mesh; the programs then run under it (parameters keep their sharding).
+      In a multi-process run (`jax.distributed`) every process calls `generate` with the same
+      arguments and runs the host loop over the same tokens, which the programs return
+      replicated; each process then holds the whole `SampleOutput`.
   """
 
   exact_logp = True   # its log-probs are the trainer's (the same model, float tolerance)
@@ -730,6 +733,14 @@ class SlotEngine:
     cache = jax.lax.with_sharding_constraint(cache, self._pool_sharding(cache))
     return cache, jax.lax.with_sharding_constraint(state, self._state_sharding())
 
+  def _replicated(self, outs):
+    """What the host reads after a program, replicated under a mesh: every process of a
+    multi-process run reads the whole value from its own devices and so runs the same host
+    loop (no mesh: as they are)."""
+    if self.mesh is None:
+      return outs
+    return jax.lax.with_sharding_constraint(outs, self._state_sharding())
+
   def _refill_impl(self, params, cache, state, ids, lens, src, slot, rkeys, budget, stops,
                    pblocks, plens, store_src, *, new_prompts: int):
     """Prefills the new prompts, copies each new slot's prompt into its blocks, and draws
@@ -786,7 +797,7 @@ class SlotEngine:
         stops=put(state["stops"], stops),
         store=(src_k[:, store_src], src_v[:, store_src], src_logits[store_src]))
     cache, state = self._constrained(cache, state)
-    return cache, state, (d.tokens, d.logp, d.support)
+    return cache, state, self._replicated((d.tokens, d.logp, d.support))
 
   def _chunk_impl(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
     """Up to k decode steps of the slots `rows` (traced once per number of rows)."""
@@ -840,7 +851,8 @@ class SlotEngine:
     state = dict(state, **{name: state[name].at[rows].set(st[name], mode="drop")
                            for name in _PER_SLOT})
     cache, state = self._constrained(cache, state)
-    return cache, state, (*outs, steps_run, st["gen"], st["live"], st["stopped"])
+    return cache, state, self._replicated((*outs, steps_run, st["gen"], st["live"],
+                                           st["stopped"]))
 
 
 def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_threads=None,

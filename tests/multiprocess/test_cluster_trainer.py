@@ -125,6 +125,18 @@ def test_a_two_process_checkpoint_resumes_on_one_process_and_back(reference, tmp
   assert evals(to_one) == evals(reference) == evals(to_two)
 
 
+def test_the_slot_engine_trains_on_two_processes_as_on_one(tmp_path):
+  """`--engine=slots` on 2 processes: every process runs the engine's host loop over the same
+  replicated tokens, so the run (rollouts, rewards, evaluation) is the one-process run's."""
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  slots = ["--engine=slots"]
+  check(aime(one, processes=1, steps=2, extra=slots))
+  run = check(aime(two, processes=2, steps=2, extra=slots))
+  assert "rollouts on slots" in run[0].stdout
+  assert_same_metrics(rows(two), rows(one))
+  assert evals(two) == evals(one)
+
+
 def test_a_lost_process_stops_the_run_and_a_restart_resumes_it(reference, tmp_path):
   """Process 1 is killed during step 3 (checkpoint 2 committed): process 0 stops within
   heartbeat/4 + one beat (5 s + 1 s here; 15 s + 3 s at the default 60 s) naming it, instead
