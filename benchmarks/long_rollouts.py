@@ -178,7 +178,8 @@ def main() -> None:
   parser.add_argument("--hf_rounds", type=int, default=1)
   parser.add_argument("--slots", type=int, default=64, help="SlotEngine num_slots")
   parser.add_argument("--chunk", type=int, default=8, help="SlotEngine chunk_steps")
-  parser.add_argument("--block", type=int, default=32, help="SlotEngine block_size")
+  parser.add_argument("--block", type=int, default=0,
+                      help="SlotEngine block_size (0: its default, 64 on CPU)")
   parser.add_argument("--lanes", type=int, default=0, help="SlotEngine lanes (0: its default)")
   parser.add_argument("--vllm_python", default="", help="python of vLLM's venv ('': no vLLM)")
   parser.add_argument("--vllm_kv_gib", type=int, default=1)
@@ -265,7 +266,7 @@ def run(args, sides: list[str]) -> dict:
                         gen_len_buckets=(w["budget"],), prompt_len_buckets=(args.prompt_len,))
     samplers[w["name"]] = Sampler(model, model.config, sc)
     engines[w["name"]] = SlotEngine(model, model.config, sc, num_slots=args.slots,
-                                    chunk_steps=args.chunk, block_size=args.block,
+                                    chunk_steps=args.chunk, block_size=args.block or None,
                                     lanes=args.lanes or None)
 
   def static(w, key):
@@ -290,7 +291,7 @@ def run(args, sides: list[str]) -> dict:
     np.testing.assert_array_equal(np.asarray(out.lengths), w["lengths"])
     st = eng.last_stats
     return dict(seconds=seconds, util=st.utilisation, kv=st.pool_bytes,
-                kv_used=st.peak_blocks * args.block * kv_token, programs=eng.num_compiled())
+                kv_used=st.peak_blocks * eng.block_size * kv_token, programs=eng.num_compiled())
 
   def vllm(w, key):
     out = vllm_side.run(w)

@@ -197,10 +197,17 @@ def attend_cpu(q, k, v, allowed, cached=None, prefix=None, *, causal: bool = Fal
   return out, new_kv
 
 
-# Pool blocks a paged decode step reads per loop trip on CPU (`botjax.sampling.SlotEngine`'s
-# default `tile_blocks` there; 128 elsewhere): 64 measured 1.12-1.15x faster than 128 in the
-# slot engine (benchmarks/long_rollouts.py's budget-1,024 and fixed workloads, A/B in one process).
-PAGED_TILE_BLOCKS = 64
+# The slot engine's pool on CPU (`botjax.sampling.SlotEngine`'s default `block_size` and
+# `tile_blocks` there; 32 and 128 elsewhere): blocks of 64 token slots, 32 blocks (2,048 slots)
+# read per loop trip. A block's slots are the minor axis of the attention's products, and
+# XLA:CPU vectorises 64 of them better than 32: the products of 6,144 cached tokens took
+# 0.10 ms as 96 blocks of 64 against 0.33 ms as 192 blocks of 32 (the quick-start's head size,
+# 24). In the slot engine, against blocks of 32 read 64 per trip (A/B in one process,
+# benchmarks/long_rollouts.py's workloads): 1.15x at budget 256, 1.20x at 1,024, 1.03-1.06x on
+# the fixed-length control; blocks of 128 (16 per trip) were slower (0.80x the lockstep sampler
+# on the control), and 64 blocks of 64 per trip gained less (1.12x at 1,024).
+PAGED_BLOCK_SIZE = 64
+PAGED_TILE_BLOCKS = 32
 
 
 def paged_partials(qb: jax.Array, keys: jax.Array, values: jax.Array,

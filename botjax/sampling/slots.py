@@ -430,9 +430,10 @@ class SlotEngine:
     sampling_config: decoding rule, stop ids and buckets (as for `Sampler`).
     num_slots: S, decode slots in all (split evenly over `lanes`).
     chunk_steps: k, decode steps between refills.
-    block_size: bs, token slots per pool block.
+    block_size: bs, token slots per pool block (None: `attention_cpu.PAGED_BLOCK_SIZE` (64) on
+      CPU with `botjax.xla_cpu` tuning on, else 32).
     tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`; None:
-      `attention_cpu.PAGED_TILE_BLOCKS` (64) on CPU with `botjax.xla_cpu` tuning on, else 128).
+      `attention_cpu.PAGED_TILE_BLOCKS` (32) on CPU with `botjax.xla_cpu` tuning on, else 128).
     cache_dtype: KV dtype (None: the model's compute dtype).
     lanes: independent slot groups run by as many host threads (None:
       `botjax.xla_cpu.default_host_threads`, 2 on small CPU hosts, else 1).
@@ -446,15 +447,18 @@ class SlotEngine:
 
   def __init__(self, model: Any, model_config: Any = None,
                sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
-               chunk_steps: int = 8, block_size: int = 32, tile_blocks: int | None = None,
-               cache_dtype: Any = None, lanes: int | None = None, mesh=None):
+               chunk_steps: int = 8, block_size: int | None = None,
+               tile_blocks: int | None = None, cache_dtype: Any = None,
+               lanes: int | None = None, mesh=None):
     self.graphdef, self.params, self.model_config, self.cache_dtype = engine_parts(
         model, model_config, sampling_config, cache_dtype)
     self.config = sampling_config
     self.mesh = mesh
+    cpu = attention_cpu.auto(mesh if mesh is not None else self.params)
+    if block_size is None:
+      block_size = attention_cpu.PAGED_BLOCK_SIZE if cpu else 32
     if tile_blocks is None:
-      where = mesh if mesh is not None else self.params
-      tile_blocks = (attention_cpu.PAGED_TILE_BLOCKS if attention_cpu.auto(where) else 128)
+      tile_blocks = attention_cpu.PAGED_TILE_BLOCKS if cpu else 128
     for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
                         ("block_size", block_size), ("tile_blocks", tile_blocks)):
       if not isinstance(value, int) or value < 1:
