@@ -365,3 +365,17 @@ def test_bfloat16_logprob_gap_is_measured_and_small(model, top_k, top_p, capsys)
   assert np.isfinite(lp).all() and mask.sum() > 50
   assert d16.mean() < BF16_MEAN_BOUND and d16.max() < BF16_MAX_BOUND
   assert d32.mean() < BF16_MEAN_BOUND and d32.max() < BF16_MAX_BOUND
+
+
+def test_pool_defaults_are_the_cpu_ones_only_with_cpu_tuning(model, monkeypatch):
+  """Blocks of 64 slots read 32 per trip where XLA:CPU tuning applies (attention_cpu's
+  measured constants); the portable 32 and 128 with the switch off (and on GPU / TPU)."""
+  from botjax import xla_cpu
+  from botjax.models import attention_cpu
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
+  engine = SlotEngine(model, CFG, SC)
+  assert (engine.block_size, engine.tile_blocks) == (
+      attention_cpu.PAGED_BLOCK_SIZE, attention_cpu.PAGED_TILE_BLOCKS) == (64, 32)
+  monkeypatch.setenv(xla_cpu.ENV_VAR, "0")
+  engine = SlotEngine(model, CFG, SC)
+  assert (engine.block_size, engine.tile_blocks) == (32, 128)
