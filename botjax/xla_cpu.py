@@ -111,30 +111,42 @@ def platform_of(where: Any = None) -> str:
   Returns:
     'cpu', 'gpu' (CUDA or ROCm) or 'tpu'.
   """
+  return _placement(where)[0]
+
+
+def _placement(where: Any = None) -> tuple[str, int]:
+  """(platform, number of devices) of `where` as `platform_of` reads it; what `where` leaves
+  open (None, a pytree without concrete arrays, an abstract mesh without a device kind) comes
+  from the mesh set with `jax.set_mesh`, else the default device (one)."""
+  platform = count = None
   if where is not None:
     if isinstance(where, jax.sharding.Mesh):
-      return _normalize(where.devices.flat[0].platform)
-    if isinstance(where, jax.sharding.AbstractMesh):
+      platform, count = where.devices.flat[0].platform, where.size
+    elif isinstance(where, jax.sharding.AbstractMesh):
       device = getattr(where, "abstract_device", None)
-      if device is not None:
-        return _normalize(device.platform)
+      platform, count = (device.platform if device is not None else None), where.size
     elif isinstance(where, jax.Device):
-      return _normalize(where.platform)
+      platform, count = where.platform, 1
     elif isinstance(where, (list, tuple)) and where and all(
         isinstance(d, jax.Device) for d in where):
-      return _normalize(where[0].platform)
+      platform, count = where[0].platform, len(where)
     else:
       for leaf in jax.tree.leaves(where):
         if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
-          return _normalize(next(iter(leaf.sharding.device_set)).platform)
-  mesh = jax.sharding.get_abstract_mesh()
-  device = getattr(mesh, "abstract_device", None)
-  if not mesh.empty and device is not None:
-    return _normalize(device.platform)
-  default = jax.config.jax_default_device
-  if isinstance(default, str):
-    return _normalize(default)
-  return _normalize((default or jax.devices()[0]).platform)
+          devices = leaf.sharding.device_set
+          platform, count = next(iter(devices)).platform, len(devices)
+          break
+  if platform is None or count is None:
+    mesh = jax.sharding.get_abstract_mesh()
+    device = getattr(mesh, "abstract_device", None)
+    if count is None:
+      count = 1 if mesh.empty else mesh.size
+    if platform is None and not mesh.empty and device is not None:
+      platform = device.platform
+    if platform is None:
+      default = jax.config.jax_default_device
+      platform = default if isinstance(default, str) else (default or jax.devices()[0]).platform
+  return _normalize(platform), int(count)
 
 
 def enabled(where: Any = None) -> bool:
@@ -589,21 +601,5 @@ def prefers_slots(max_new_tokens: int, where: Any = None) -> bool:
     max_new_tokens: the run's generation budget.
     where: the model, its parameters or the mesh the engine will run on (see `platform_of`).
   """
-  return (small_host(where) and jax.process_count() == 1 and _num_devices(where) == 1
+  return (small_host(where) and jax.process_count() == 1 and _placement(where)[1] == 1
           and int(max_new_tokens) >= SLOTS_MIN_NEW_TOKENS)
-
-
-def _num_devices(where: Any = None) -> int:
-  """Devices of a mesh (concrete or abstract), a device list or a placed pytree; else of the
-  mesh set with `jax.set_mesh`, else 1 (the default device)."""
-  if isinstance(where, (jax.sharding.Mesh, jax.sharding.AbstractMesh)):
-    return int(where.size)
-  if isinstance(where, jax.Device):
-    return 1
-  if isinstance(where, (list, tuple)) and where and all(isinstance(d, jax.Device) for d in where):
-    return len(where)
-  for leaf in jax.tree.leaves(where):
-    if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
-      return len(leaf.sharding.device_set)
-  mesh = jax.sharding.get_abstract_mesh()
-  return 1 if mesh.empty else int(mesh.size)

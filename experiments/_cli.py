@@ -256,18 +256,13 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
   """The dry-run memory/FLOPs plan of one update of `cfg` (a TrainConfig) on `mesh`, and whether
   it fits `device_memory_gib` (default: the attached accelerator's memory). The experiments load
   their models with float32 parameters and computation (`load_pretrained`'s defaults)."""
-  import math
-
-  import jax
   import jax.numpy as jnp
   from botjax import models
-  from botjax.models.sharding import abstract_mesh
+  from botjax.models.sharding import abstract_mesh, spec_devices
   r = cfg.rollout
   rows = r.prompts_per_step * r.group_size // max(cfg.mini_batches, 1)
   memory = None if device_memory_gib is None else int(device_memory_gib * (1 << 30))
-  sizes = [int(x.split(":")[1]) for x in mesh.split(",") if ":" in x]
-  engine = engine_here(cfg, abstract_mesh(
-      mesh, jax.device_count() if -1 in sizes else math.prod(sizes)))
+  engine = engine_here(cfg, abstract_mesh(mesh, spec_devices(mesh)))
   text = user(lambda: str(models.plan(
       model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
       completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,

@@ -22,7 +22,8 @@ from botjax.models.config import DecoderConfig
 from botjax.models.decoder import Decoder
 from botjax.models.logprobs import token_logprobs
 from botjax.models.presets import get_config
-from botjax.models.sharding import MESH_AXES, RULES, logical_to_spec, parse_mesh_spec
+from botjax.models.sharding import (MESH_AXES, RULES, logical_to_spec, parse_mesh_spec,
+                                    spec_devices)
 
 _GIB = 1 << 30
 
@@ -226,8 +227,7 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
     raise ValueError(f"micro_batch_size={micro_batch_size} must divide batch_size={batch_size} "
                      "(0 = the whole batch)")
   if num_devices is None:
-    sizes = [int(s.split(":")[1]) for s in mesh.split(",") if ":" in s]
-    num_devices = len(jax.devices()) if -1 in sizes else math.prod(sizes)
+    num_devices = spec_devices(mesh)
   axis_sizes = parse_mesh_spec(mesh, num_devices)
   if device_memory is None:
     device_memory = _attached_memory()

@@ -47,6 +47,13 @@ RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def spec_devices(spec: str) -> int:
+  """Devices a mesh spec asks for: the product of its sizes, or every device (`jax.devices()`)
+  when one axis is -1 ("the rest")."""
+  sizes = [int(s.split(":")[1]) for s in spec.split(",") if ":" in s]
+  return len(jax.devices()) if -1 in sizes else math.prod(sizes)
+
+
 def parse_mesh_spec(spec: str, num_devices: int) -> dict[str, int]:
   """Parses `"data:2,fsdp:2,tensor:2"` into axis sizes; one axis may be -1 ("the rest").
 

@@ -35,13 +35,18 @@ def saved_config(directory: str) -> dict | None:
   mngr = ocp.CheckpointManager(os.path.abspath(directory),
                                options=ocp.CheckpointManagerOptions(create=False))
   try:
-    step = mngr.latest_step()
-    if step is None:
-      return None
-    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    return meta.get("config", {})
+    latest = _latest_meta(mngr)
+    return None if latest is None else latest[1].get("config", {})
   finally:
     mngr.close()
+
+
+def _latest_meta(mngr) -> tuple[int, dict] | None:
+  """(step, meta) of a manager's newest checkpoint (its JSON part only), or None."""
+  step = mngr.latest_step()
+  if step is None:
+    return None
+  return step, mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
 
 class Checkpointer:
@@ -117,10 +122,10 @@ class Checkpointer:
     Raises:
       ConfigMismatchError: the saved config differs in a field that matters.
     """
-    step = self._mngr.latest_step()
-    if step is None:
+    latest = _latest_meta(self._mngr)
+    if latest is None:
       return None
-    meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    step, meta = latest
     diffs = config_diff(meta.get("config", {}), config)
     if diffs:
       raise ConfigMismatchError(

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from botjax.rewards.base import reward_spec
-from botjax.sampling import RolloutEngine, SamplingConfig, make_engine
+from botjax.sampling import AUTO, RolloutEngine, SamplingConfig, make_engine
 from botjax.train import step as step_lib
 from botjax.train.batch import BatchPreview, build_batch
 from botjax.train.checkpoint import saved_config
@@ -71,7 +71,8 @@ class RLTrainer:
       raise ValueError(f"host_threads must be >= 0 (0 = automatic), got {cfg.host_threads}")
     self.rundir = RunDir(cfg.workdir)
     # "auto": the saved run's engine when resuming, else the faster one here (resolve_engine)
-    resolved = resolve_engine(cfg, saved=saved_config(self.rundir.checkpoints_dir),
+    saved = saved_config(self.rundir.checkpoints_dir) if cfg.rollout.engine == AUTO else None
+    resolved = resolve_engine(cfg, saved=saved,
                               where=mesh if mesh is not None else nnx.state(model))
     self.run_config = with_engine(json_ready(run_config) if run_config is not None
                                   else to_dict(cfg), resolved.rollout.engine)
