@@ -71,7 +71,7 @@ def _export(fn, mesh, *args):
 
 def test_decode_chunk_exports_for_tpu_and_cuda(setup):
   mesh, cfg, engine, params, pool, state, i32 = setup
-  exported = _export(lambda *a: engine._chunk_impl(*a), mesh, params, pool,
+  exported = _export(lambda *a: engine._programs._chunk_impl(*a), mesh, params, pool,
                      dict(state, store=None), i32((S,)), i32((NB,)), i32((NB,)), i32((S, 8)),
                      i32((S, 2)), i32(()))
   cache, _, (tok, logp, support, steps, *_) = jax.tree.unflatten(exported.out_tree,
@@ -87,7 +87,7 @@ def test_refill_exports_for_tpu_and_cuda(setup):
            jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
            jax.ShapeDtypeStruct((cfg.vocab_size,), jnp.float32))
   row_keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)       # each new slot's key data
-  fn = functools.partial(engine._refill_impl, new_prompts=u)
+  fn = functools.partial(engine._programs._refill_impl, new_prompts=u)
   exported = _export(fn, mesh, params, pool, dict(state, store=store), i32((u, LP)), i32((u,)),
                      i32((S,)), i32((S,)), row_keys, i32((S,)), i32((S, W)), i32((S, jp)),
                      i32((S,)), i32(()))

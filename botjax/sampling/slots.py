@@ -29,7 +29,9 @@ only stores each slot's keys and values and computes the attention over the bloc
 Shapes are static, so the number of compiled programs is bounded whatever the mix of lengths:
 per (prompt-length bucket, generation bucket, stop-id width), one refill per number of new
 prompts (0 and the powers of 4 below S, and S) and one chunk per row count (S, S/2, S/4, …);
-the number of pool blocks read is a run-time trip count, not a shape.
+the number of pool blocks read is a run-time trip count, not a shape. Engines of the same model
+graph, decoding rule, chunk length, tile, KV dtype and mesh share their compiled programs (a
+trainer's rollout engine and its evaluation's engine compile each shape once).
 
 Randomness: request r draws its t-th token with key `fold_in(fold_in(key, r), t)`, the
 `Sampler`'s key of row r, so for one key every (prompt, sample) completion is the same under
@@ -52,6 +54,7 @@ import concurrent.futures
 import dataclasses
 import math
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -472,9 +475,8 @@ class SlotEngine:
     self.lanes = [_Lane(self, i, num_slots // lanes) for i in range(lanes)]
     self.last_stats: SlotStats | None = None
     self._pool = None
-    self._refill_jit = xla_cpu.jit(self._refill_impl, decode=True,
-                                    donate_argnums=(1, 2), static_argnames=("new_prompts",))
-    self._chunk_jit = xla_cpu.jit(self._chunk_impl, decode=True, donate_argnums=(1, 2))
+    self._programs = _programs_for(self.graphdef, sampling_config, chunk_steps, tile_blocks,
+                                   self.cache_dtype, mesh)
 
   # -- host side ---------------------------------------------------------------------------
 
@@ -483,8 +485,10 @@ class SlotEngine:
     self.params = nnx.state(params) if isinstance(params, nnx.Module) else params
 
   def num_compiled(self) -> int:
-    """Programs compiled so far (refills and decode chunks)."""
-    return self._refill_jit._cache_size() + self._chunk_jit._cache_size()
+    """Programs compiled so far (refills and decode chunks) for this engine's settings: engines
+    of the same model graph, decoding rule, chunk length, tile, KV dtype and mesh share their
+    programs (a shape compiled for one is not compiled again for another)."""
+    return self._programs.num_compiled()
 
   def close(self) -> None:
     """Stops the lanes' host threads (a later `generate` starts them again)."""
@@ -697,13 +701,44 @@ class SlotEngine:
       state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
                                             jnp.zeros((cfg.vocab_size,), jnp.float32)),
                                            self._state_sharding()))
-    return self._run(self._refill_jit, params, cache, state, ids, lens, src, slot, rkeys, budget,
-                     stops, pblocks, plens, store_src, new_prompts=u)
+    return self._run(self._programs.refill, params, cache, state, ids, lens, src, slot, rkeys,
+                     budget, stops, pblocks, plens, store_src, new_prompts=u)
 
   def _chunk(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
     """Dispatches a decode chunk; returns (cache, state, outputs)."""
-    return self._run(self._chunk_jit, params, cache, state, rows, owner, base, table, wtab,
-                     num_tiles)
+    return self._run(self._programs.chunk, params, cache, state, rows, owner, base, table,
+                     wtab, num_tiles)
+
+  def _tile(self, num_blocks: int) -> int:
+    return self._programs._tile(num_blocks)
+
+  def _pool_sharding(self, pool: PagedKVCache):
+    return self._programs._pool_sharding(pool)
+
+  def _state_sharding(self):
+    return self._programs._state_sharding()
+
+
+class _Programs:
+  """The slot engine's two jitted programs (refill and decode chunk) for one model graph,
+  decoding rule, chunk length, tile, KV dtype and mesh.
+
+  Engines built with equal ones share one `_Programs` (`_programs_for`), so each shape compiles
+  once per process: a trainer's rollout engine and its evaluation's engine (the same decoding
+  rule), or the runs of one experiment. The programs hold no parameters (they are arguments),
+  and they are freed with the last engine that uses them.
+  """
+
+  def __init__(self, graphdef, config: SamplingConfig, chunk_steps: int, tile_blocks: int,
+               cache_dtype, mesh):
+    self.graphdef, self.config, self.chunk_steps = graphdef, config, chunk_steps
+    self.tile_blocks, self.cache_dtype, self.mesh = tile_blocks, cache_dtype, mesh
+    self.refill = xla_cpu.jit(self._refill_impl, decode=True, donate_argnums=(1, 2),
+                              static_argnames=("new_prompts",))
+    self.chunk = xla_cpu.jit(self._chunk_impl, decode=True, donate_argnums=(1, 2))
+
+  def num_compiled(self) -> int:
+    return self.refill._cache_size() + self.chunk._cache_size()
 
   def _tile(self, num_blocks: int) -> int:
     """Pool blocks the attention reads per loop trip (`ragged_attention`'s tile)."""
@@ -857,6 +892,21 @@ class SlotEngine:
     cache, state = self._constrained(cache, state)
     return cache, state, self._replicated((*outs, steps_run, st["gen"], st["live"],
                                            st["stopped"]))
+
+
+_SHARED: "weakref.WeakValueDictionary[tuple, _Programs]" = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def _programs_for(graphdef, config, chunk_steps, tile_blocks, cache_dtype, mesh) -> _Programs:
+  """The `_Programs` of these settings: the one an engine alive holds, else a new one."""
+  key = (graphdef, config, chunk_steps, tile_blocks, jnp.dtype(cache_dtype), mesh)
+  with _SHARED_LOCK:
+    programs = _SHARED.get(key)
+    if programs is None:
+      programs = _Programs(*key)
+      _SHARED[key] = programs
+    return programs
 
 
 def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_threads=None,

@@ -2,6 +2,7 @@
 trainer reproduces, a bounded number of programs, and the paged attention against NumPy."""
 
 import dataclasses
+import gc
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import botjax.models as bm
 from botjax.sampling import (RolloutEngine, Sampler, SamplingConfig, SlotEngine,
                              sample_logprobs, make_engine)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache, ragged_attention, write_tokens
+from botjax.sampling import slots as slots_lib
 from botjax.sampling.slots import _narrower
 
 CFG = bm.DecoderConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -135,11 +137,11 @@ def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, la
   mask = np.asarray(reference.mask)
   np.testing.assert_allclose(np.asarray(out.logp)[mask], np.asarray(reference.logp)[mask],
                              atol=1e-5)
-  refills, chunks = engine._refill_jit._cache_size(), engine._chunk_jit._cache_size()
+  refills, chunks = engine._programs.refill._cache_size(), engine._programs.chunk._cache_size()
   engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)   # the same work
-  assert engine._refill_jit._cache_size() == refills
+  assert engine._programs.refill._cache_size() == refills
   if lanes == 1:   # one lane: the same schedule, so the same chunk widths too (two lanes share
-    assert engine._chunk_jit._cache_size() == chunks    # the queue as their threads run)
+    assert engine._programs.chunk._cache_size() == chunks    # the queue as their threads run)
 
 
 def test_same_samples_with_the_portable_attention_and_a_layer_scan():
@@ -178,6 +180,7 @@ def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
 def test_per_row_budgets_and_a_bounded_number_of_programs(model):
   """Any mix of lengths (per-row budgets) runs on the same few programs: refills by the
   number of new prompts (a power of 4 up to the slots) and chunks by their rows (S, S/2, S/4, …)."""
+  gc.collect()   # frees the programs of an earlier engine of the same settings (shared, below)
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,),
                            prompt_len_buckets=(12,))
   engine = SlotEngine(model, CFG, sc, num_slots=6, lanes=1, **SMALL)
@@ -208,6 +211,7 @@ def test_a_repeated_call_compiles_nothing(model, lanes):
   """The second call of the same work runs on the first call's refills: with placed parameters,
   the pool kept from the first call and each call's fresh state are alike committed, so no refill
   is compiled again (it was, once, before they were)."""
+  gc.collect()   # frees the programs of an earlier engine of the same settings (shared, below)
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(64,), prompt_len_buckets=(8,))
   engine = SlotEngine(model, CFG, sc, num_slots=8, lanes=lanes, chunk_steps=4, block_size=8)
   engine.set_params(jax.device_put(nnx.state(model), jax.devices()[0]))   # placed, as a trainer's
@@ -218,14 +222,47 @@ def test_a_repeated_call_compiles_nothing(model, lanes):
   for call in range(3):
     out = engine.generate(prompts, jax.random.key(call), n=4, max_new_tokens=budgets)
     np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
-    seen.append(engine._refill_jit._cache_size())
+    seen.append(engine._programs.refill._cache_size())
   slots = 8 // lanes
   if lanes == 1:
     assert seen[0] == seen[1] == seen[2], seen
   # Two lanes share the queue as their threads run, so which refill sizes (U new prompts) and
   # chunk widths a call reaches varies; each is compiled once: at most U in {0, 1, 4} and the
   # lane's S and its halves (a pool committed unlike a fresh one would compile a size twice).
-  assert seen[-1] <= 3 and engine._chunk_jit._cache_size() <= 1 + len(_narrower(slots))
+  assert seen[-1] <= 3 and engine._programs.chunk._cache_size() <= 1 + len(_narrower(slots))
+
+
+def test_engines_of_equal_settings_share_their_programs(model):
+  """A second engine of the same model graph and decoding rule (a trainer's evaluation engine)
+  runs on the first one's compiled programs, with its own parameters; another decoding rule
+  gets programs of its own; the programs are freed with the last engine holding them."""
+  gc.collect()
+  # no stop ids: every row runs to its budget, so both engines run the same schedule
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(20,), prompt_len_buckets=(10,))
+  budgets = [3, 17, 9, 20, 5, 11, 2, 14]
+  first = SlotEngine(model, CFG, sc, num_slots=4, lanes=1, **SMALL)
+  ref = first.generate(PROMPTS, jax.random.key(2), n=2, max_new_tokens=budgets)
+  compiled = first.num_compiled()
+  assert compiled >= 2
+  other = bm.Decoder(CFG, rngs=nnx.Rngs(7))                  # the same graph, other weights
+  second = SlotEngine(other, CFG, sc, num_slots=4, lanes=1, **SMALL)
+  assert second._programs is first._programs
+  out = second.generate(PROMPTS, jax.random.key(2), n=2, max_new_tokens=budgets)
+  assert second.num_compiled() == compiled                    # nothing compiled again
+  expect = Sampler(other, CFG, sc, host_threads=1).generate(PROMPTS, jax.random.key(2), n=2,
+                                                            max_new_tokens=20)
+  mask = np.asarray(out.mask)
+  np.testing.assert_array_equal(np.asarray(out.tokens)[mask], np.asarray(expect.tokens)[mask])
+  np.testing.assert_allclose(np.asarray(out.logp)[mask], np.asarray(expect.logp)[mask],
+                             atol=1e-5)                       # its own parameters
+  assert np.abs(np.asarray(out.logp) - np.asarray(ref.logp))[mask].max() > 1e-2
+  hotter = SlotEngine(model, CFG, dataclasses.replace(sc, temperature=0.7), num_slots=4,
+                      lanes=1, **SMALL)
+  assert hotter._programs is not first._programs and hotter.num_compiled() == 0
+  key = [k for k, v in slots_lib._SHARED.items() if v is first._programs][0]
+  del first, second, hotter
+  gc.collect()
+  assert key not in slots_lib._SHARED
 
 
 def test_engine_registry_and_errors(model):
