@@ -43,8 +43,14 @@ handed to a callback as soon as they have all finished, and the prompts it retur
 (DAPO's dynamic sampling asks for its extra groups this way, `botjax.train.rollouts`).
 
 On small CPU hosts the slots are split into `lanes` independent halves, each with its own
-pool, run by as many host threads from the one queue (`botjax.xla_cpu.default_host_threads`):
-a decode step of this size leaves a core idle, as for the `Sampler`.
+pool, run by as many host threads (`botjax.xla_cpu.default_host_threads`): a decode step of
+this size leaves a core idle, as for the `Sampler`. A `generate` call deals its prompts to the
+lanes in turn before they start, so the threads' timing decides nothing: the same call on the
+same engine gives the same bits every time (with one queue shared by the lanes, which lane took
+a request, and so its prefill batch, chunk widths and float rounding, varied from run to run,
+and a 200-step quick-start run on this engine ended at other figures each time). The queue of
+`generate_groups` stays shared: the prompts `on_group` adds depend on the order in which
+groups finish.
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ class _Request:
   logp: list = dataclasses.field(default_factory=list)
   support: list = dataclasses.field(default_factory=list)
   stopped: bool = False
+  lane: int = -1                  # the lane that served it
 
 
 @dataclasses.dataclass
@@ -203,7 +210,7 @@ class _Lane:
     while True:
       # -- refill: the next requests take the free slots -------------------------------------
       free = [s for s in range(s_num) if active[s] is None]
-      taken = call.take(len(free), idle=len(free) == s_num) if free else []
+      taken = call.take(len(free), idle=len(free) == s_num, lane=self.index) if free else []
       if call.stopped():
         break
       first = None
@@ -251,7 +258,7 @@ class _Lane:
         break
       # -- the rows of this chunk: all slots, or (no request waiting) fewer ------------------
       rows_n = s_num
-      if not call.waiting():
+      if not call.waiting(self.index):
         for width in _narrower(s_num):
           if len(live_slots) <= width:
             rows_n = width
@@ -313,9 +320,12 @@ _PER_SLOT = ("tok", "pos", "gen", "budget", "live", "stopped", "rkey", "stops")
 
 
 class _Call:
-  """One `generate` call's shared queue and per-prompt inputs.
+  """One `generate` call's queue and per-prompt inputs.
 
-  With `on_group` (`SlotEngine.generate_groups`), the last request of a prompt to finish hands
+  A plain call (no `on_group`) is split between the lanes before they start (`split`): lane i
+  serves the i-th, (i + L)-th, ... prompt of the queue, so what each lane computes, and so
+  every row's float rounding, does not depend on the host threads' timing (the same call gives
+  the same bits every time). With `on_group` (`SlotEngine.generate_groups`), the last request of a prompt to finish hands
   that prompt's n rows to `on_group`, whose answer (more prompt indices) joins the queue; a lane
   whose slots are empty then waits while requests are in flight elsewhere, since they may add
   work. An exception raised by `on_group` stops every lane and is raised by the call."""
@@ -335,6 +345,7 @@ class _Call:
     self.stops = stops
     self.on_group = on_group
     self._queue: collections.deque[_Request] = collections.deque()
+    self._lanes: list[collections.deque[_Request]] | None = None   # per-lane queues (split)
     self._cond = threading.Condition()
     self._in_flight = 0
     self._left = np.zeros((len(prompts),), np.int64)       # unfinished requests per prompt
@@ -363,20 +374,40 @@ class _Call:
     with self._cond:
       return list(self._rows)
 
-  def waiting(self) -> bool:
-    """Whether a request waits for a slot."""
-    with self._cond:
-      return bool(self._queue)
+  def split(self, lanes: int) -> None:
+    """Deals a plain call's queue to `lanes` lanes, prompt by prompt in turn (a prompt's n
+    requests stay together, so it is prefilled once); with `on_group` the queue stays shared,
+    as the prompts it adds depend on the order in which groups finish."""
+    if self.on_group is not None or lanes < 2:
+      return
+    self._lanes = [collections.deque() for _ in range(lanes)]
+    order: dict[int, int] = {}
+    for req in self._queue:
+      lane = order.setdefault(req.prompt, len(order) % lanes)
+      self._lanes[lane].append(req)
+    self._queue.clear()
 
-  def take(self, k: int, *, idle: bool = False) -> list[_Request]:
-    """Up to k requests from the queue. `idle` (the lane has no live slot): with `on_group`,
-    waits while the queue is empty and requests are in flight, which may queue more."""
+  def _queue_of(self, lane: int) -> collections.deque:
+    return self._queue if self._lanes is None else self._lanes[lane]
+
+  def waiting(self, lane: int = 0) -> bool:
+    """Whether a request waits for a slot of `lane`."""
+    with self._cond:
+      return bool(self._queue_of(lane))
+
+  def take(self, k: int, *, idle: bool = False, lane: int = 0) -> list[_Request]:
+    """Up to k requests from `lane`'s queue. `idle` (the lane has no live slot): with
+    `on_group`, waits while the queue is empty and requests are in flight, which may queue
+    more."""
     with self._cond:
       if idle and self.on_group is not None:
         self._cond.wait_for(lambda: self._queue or not self._in_flight or self.error)
       if self.error is not None:
         return []
-      out = [self._queue.popleft() for _ in range(min(k, len(self._queue)))]
+      queue = self._queue_of(lane)
+      out = [queue.popleft() for _ in range(min(k, len(queue)))]
+      for req in out:
+        req.lane = lane
       self._in_flight += len(out)
       return out
 
@@ -628,6 +659,7 @@ class SlotEngine:
       need = lane.slots * per_slot + 1             # every slot at its full budget, and the trash
       tile = self._tile(need)
       lane.prepare(-(-need // tile) * tile, bs, layout, self.cache_dtype)
+    call.split(len(lanes))
     if len(lanes) == 1:
       results = [lanes[0].run(call)]
     else:

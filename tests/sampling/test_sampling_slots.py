@@ -3,6 +3,7 @@ trainer reproduces, a bounded number of programs, and the paged attention agains
 
 import dataclasses
 import gc
+import time
 
 import jax
 import jax.numpy as jnp
@@ -263,6 +264,38 @@ def test_engines_of_equal_settings_share_their_programs(model):
   del first, second, hotter
   gc.collect()
   assert key not in slots_lib._SHARED
+
+
+@pytest.mark.parametrize("late", [None, 0, 1])
+def test_lanes_give_the_same_bits_whatever_their_timing(model, reference, late, monkeypatch):
+  """Two lanes split a call's prompts between them before they start, so a lane that starts
+  late (another job on its core) changes no row's bits: with one shared queue the other lane
+  would take its requests, prefill them in other batches and round them differently."""
+  engine = SlotEngine(model, CFG, SC, num_slots=4, lanes=2, **SMALL)
+  first = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
+  run = slots_lib._Lane.run
+
+  def delayed(lane, call):
+    if lane.index == late:
+      time.sleep(0.5)
+    return run(lane, call)
+
+  served = {}
+  done = slots_lib._Call.done
+
+  def record(call, req):
+    served[req.rid] = req.lane
+    return done(call, req)
+
+  monkeypatch.setattr(slots_lib._Lane, "run", delayed)
+  monkeypatch.setattr(slots_lib._Call, "done", record)
+  out = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
+  # prompt p's rows p·n .. p·n + n − 1 on lane p mod 2, however late either lane starts
+  assert served == {r: (r // 3) % 2 for r in range(3 * len(PROMPTS))}
+  for name in ("tokens", "logp", "lengths", "finish_reason"):
+    np.testing.assert_array_equal(np.asarray(getattr(out, name)),
+                                  np.asarray(getattr(first, name)), err_msg=name)
+  _same_samples(out, reference)
 
 
 def test_engine_registry_and_errors(model):
