@@ -153,6 +153,31 @@ def test_resume_reproduces_the_uninterrupted_run_bit_for_bit(env, tmp_path):
   assert len(old) == 1 and len(read_jsonl(os.path.join(fresh, old[0]))) == 4
 
 
+def test_resume_on_the_slot_engine_reproduces_the_uninterrupted_run_bit_for_bit(env, tmp_path):
+  """The same on the slot engine with two lanes (2 slots each, so every call refills): a call
+  deals its prompts to the lanes, so a resumed run samples what the uninterrupted one did."""
+  def cfg(workdir, steps):
+    c = base_config(workdir, steps=steps, checkpoint_every=2)
+    return dataclasses.replace(c, rollout=dataclasses.replace(
+        c.rollout, engine="slots", engine_options=(("num_slots", 4), ("lanes", 2))))
+
+  runs = {}
+  for name, workdir, steps in (("full", "full", 4), ("part", "part", 2), ("resumed", "part", 4)):
+    trainer = make_trainer(env, cfg(tmp_path / workdir, steps), engine=None)
+    try:
+      assert type(trainer.engine).__name__ == "SlotEngine" and len(trainer.engine.lanes) == 2
+      runs[name] = (trainer.run(), trainer.resumed_from, params_of(trainer))
+    finally:
+      trainer.close()
+  (full, _, full_params), (resumed, start, resumed_params) = runs["full"], runs["resumed"]
+  assert start == 2 and len(resumed) == 2
+  for a, b in zip(full_params, resumed_params):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(full[2:], resumed):
+    assert (a["reward_mean"], a["loss"], a["response_length"]) == (
+        b["reward_mean"], b["loss"], b["response_length"])
+
+
 def test_resume_refuses_a_changed_config(env, tmp_path):
   t = make_trainer(env, base_config(tmp_path, steps=1, checkpoint_every=1))
   try:
