@@ -582,7 +582,7 @@ class HostThreads:
 # The smallest generation budget at which "auto" picks botjax's slot engine on a small CPU host.
 # `benchmarks/long_rollouts.py` (2-core AMD EPYC, 64 slots, length-skewed completions): the slot
 # engine gave 2.04x the lockstep sampler's useful tokens/s at budget 256 and 15.4x at 1,024, and
-# 1.17x at 128 with 4.7x its compile time; the quick-start's 64-token budget (0.34 M parameters,
+# 1.04x at 128 with 3.5x its compile time; the quick-start's 64-token budget (0.34 M parameters,
 # 16 x 8 rows, completions of about 40 tokens) ran slower on it (docs/scaling.md).
 SLOTS_MIN_NEW_TOKENS = 256
 

@@ -46,11 +46,10 @@ On small CPU hosts the slots are split into `lanes` independent halves, each wit
 pool, run by as many host threads (`botjax.xla_cpu.default_host_threads`): a decode step of
 this size leaves a core idle, as for the `Sampler`. A `generate` call deals its prompts to the
 lanes in turn before they start, so the threads' timing decides nothing: the same call on the
-same engine gives the same bits every time (with one queue shared by the lanes, which lane took
-a request, and so its prefill batch, chunk widths and float rounding, varied from run to run,
-and a 200-step quick-start run on this engine ended at other figures each time). The queue of
-`generate_groups` stays shared: the prompts `on_group` adds depend on the order in which
-groups finish.
+same engine gives the same bits every time (from a queue shared by the lanes, the timing would
+decide which lane takes a request, and so its prefill batch, chunk widths and float rounding).
+The queue of `generate_groups` stays shared: the prompts `on_group` adds depend on the order in
+which groups finish.
 """
 
 from __future__ import annotations
@@ -114,7 +113,6 @@ class _Request:
   logp: list = dataclasses.field(default_factory=list)
   support: list = dataclasses.field(default_factory=list)
   stopped: bool = False
-  lane: int = -1                  # the lane that served it
 
 
 @dataclasses.dataclass
@@ -324,9 +322,9 @@ class _Call:
 
   A plain call (no `on_group`) is split between the lanes before they start (`split`): lane i
   serves the i-th, (i + L)-th, ... prompt of the queue, so what each lane computes, and so
-  every row's float rounding, does not depend on the host threads' timing (the same call gives
-  the same bits every time). With `on_group` (`SlotEngine.generate_groups`), the last request of a prompt to finish hands
-  that prompt's n rows to `on_group`, whose answer (more prompt indices) joins the queue; a lane
+  every row's float rounding, does not depend on the host threads' timing. With `on_group`
+  (`SlotEngine.generate_groups`), the last request of a prompt to finish hands that prompt's n
+  rows to `on_group`, whose answer (more prompt indices) joins the queue; a lane
   whose slots are empty then waits while requests are in flight elsewhere, since they may add
   work. An exception raised by `on_group` stops every lane and is raised by the call."""
 
@@ -406,8 +404,6 @@ class _Call:
         return []
       queue = self._queue_of(lane)
       out = [queue.popleft() for _ in range(min(k, len(queue)))]
-      for req in out:
-        req.lane = lane
       self._in_flight += len(out)
       return out
 

@@ -3,6 +3,7 @@ trainer reproduces, a bounded number of programs, and the paged attention agains
 
 import dataclasses
 import gc
+import threading
 import time
 
 import jax
@@ -141,8 +142,8 @@ def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, la
   refills, chunks = engine._programs.refill._cache_size(), engine._programs.chunk._cache_size()
   engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)   # the same work
   assert engine._programs.refill._cache_size() == refills
-  if lanes == 1:   # one lane: the same schedule, so the same chunk widths too (two lanes share
-    assert engine._programs.chunk._cache_size() == chunks    # the queue as their threads run)
+  if lanes == 1:   # the same schedule, so the same chunk widths too
+    assert engine._programs.chunk._cache_size() == chunks
 
 
 def test_same_samples_with_the_portable_attention_and_a_layer_scan():
@@ -227,9 +228,9 @@ def test_a_repeated_call_compiles_nothing(model, lanes):
   slots = 8 // lanes
   if lanes == 1:
     assert seen[0] == seen[1] == seen[2], seen
-  # Two lanes share the queue as their threads run, so which refill sizes (U new prompts) and
-  # chunk widths a call reaches varies; each is compiled once: at most U in {0, 1, 4} and the
-  # lane's S and its halves (a pool committed unlike a fresh one would compile a size twice).
+  # Each refill size (U new prompts) and chunk width a lane reaches is compiled once: at most U
+  # in {0, 1, 4} and the lane's S and its halves (a pool committed unlike a fresh one would
+  # compile a size twice).
   assert seen[-1] <= 3 and engine._programs.chunk._cache_size() <= 1 + len(_narrower(slots))
 
 
@@ -273,18 +274,17 @@ def test_lanes_give_the_same_bits_whatever_their_timing(model, reference, late, 
   would take its requests, prefill them in other batches and round them differently."""
   engine = SlotEngine(model, CFG, SC, num_slots=4, lanes=2, **SMALL)
   first = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
-  run = slots_lib._Lane.run
+  run, done = slots_lib._Lane.run, slots_lib._Call.done
+  lane_of, served = {}, {}                       # thread -> lane; row -> the lane that ended it
 
   def delayed(lane, call):
+    lane_of[threading.get_ident()] = lane.index
     if lane.index == late:
       time.sleep(0.5)
     return run(lane, call)
 
-  served = {}
-  done = slots_lib._Call.done
-
   def record(call, req):
-    served[req.rid] = req.lane
+    served[req.rid] = lane_of[threading.get_ident()]
     return done(call, req)
 
   monkeypatch.setattr(slots_lib._Lane, "run", delayed)
