@@ -178,6 +178,9 @@ def main() -> None:
   parser.add_argument("--hf_rounds", type=int, default=1)
   parser.add_argument("--slots", type=int, default=64, help="SlotEngine num_slots")
   parser.add_argument("--chunk", type=int, default=8, help="SlotEngine chunk_steps")
+  parser.add_argument("--drain", type=int, default=64, help="SlotEngine drain_steps")
+  parser.add_argument("--kv_cache", default="auto", help="SlotEngine kv_cache: auto, paged or "
+                      "regions")
   parser.add_argument("--block", type=int, default=0,
                       help="SlotEngine block_size (0: its default, 64 on CPU)")
   parser.add_argument("--lanes", type=int, default=0, help="SlotEngine lanes (0: its default)")
@@ -266,8 +269,9 @@ def run(args, sides: list[str]) -> dict:
                         gen_len_buckets=(w["budget"],), prompt_len_buckets=(args.prompt_len,))
     samplers[w["name"]] = Sampler(model, model.config, sc)
     engines[w["name"]] = SlotEngine(model, model.config, sc, num_slots=args.slots,
-                                    chunk_steps=args.chunk, block_size=args.block or None,
-                                    lanes=args.lanes or None)
+                                    chunk_steps=args.chunk, drain_steps=args.drain,
+                                    block_size=args.block or None, lanes=args.lanes or None,
+                                    kv_cache=args.kv_cache)
 
   def static(w, key):
     lengths = np.asarray(w["lengths"])

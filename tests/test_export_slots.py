@@ -1,9 +1,9 @@
 """Cross-platform lowering of the slot engine's two programs (refill and decode chunk), exported
 with `jax.export` for TPU and CUDA from this CPU host, as tests/test_export.py does for the
 sampler: Qwen2.5-3B's width, heads and vocabulary at 2 layers, bf16 parameters sharded on an
-`fsdp:4,tensor:2` mesh, the paged pool placed as the engine places it (its KV heads over
-`tensor`), `attention="xla"` (the portable implementation; the pool then has the
-`[layers, NB, bs, K, H]` layout).
+`fsdp:4,tensor:2` mesh, the KV cache placed as the engine places it (its KV heads over
+`tensor`), `attention="xla"` (the portable implementation; the paged pool then has the
+`[layers, NB, bs, K, H]` layout, the per-slot regions `[layers, S, R, K, H]`).
 
 Checked in the StableHLO text: no CPU-only piece (`botjax.models.attention_cpu`, or
 `botjax.xla_cpu`'s folded reductions, whose CPU branch is not lowered for TPU or CUDA).
@@ -23,11 +23,13 @@ import botjax.models as bm
 from botjax.models import sharding as sh
 from botjax.sampling import SamplingConfig, SlotEngine
 from botjax.sampling.paged import PagedKVCache
+from botjax.sampling.regions import RegionKVCache
 from botjax.train import step as step_lib
 
 PLATFORMS = ("tpu", "cuda")
 CPU_ONLY = ("attend_cpu", "_attend_dkv_cpu", "_fold")
 S, BS, NB, LP, W = 16, 16, 64, 32, 4        # slots, block size, pool blocks, prompt cols, stops
+R = LP + 64                                  # region slots: prompt cols + generation bucket
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +53,18 @@ def setup():
   assert heads.spec == P(None, None, None, "tensor")      # [layers, NB, bs, K, H]: K over tensor
   kv = jax.ShapeDtypeStruct(pool.k.shape, pool.k.dtype, sharding=heads)
   pool = pool.replace(k=kv, v=kv)
+  regions = jax.eval_shape(lambda: RegionKVCache.init(cfg, num_slots=S, region=R,
+                                                      dtype=jnp.bfloat16, layout="BSKH"))
+  heads = engine._pool_sharding(regions).k
+  assert heads.spec == P(None, None, None, "tensor")      # [layers, S, R, K, H]: K over tensor
+  kv = jax.ShapeDtypeStruct(regions.k.shape, regions.k.dtype, sharding=heads)
+  regions = regions.replace(k=kv, v=kv)
   i32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.int32)
   state = {"tok": i32((S,)), "pos": i32((S,)), "gen": i32((S,)), "budget": i32((S,)),
            "live": jax.ShapeDtypeStruct((S,), jnp.bool_),
            "stopped": jax.ShapeDtypeStruct((S,), jnp.bool_),
            "rkey": jax.ShapeDtypeStruct((S, 2), jnp.uint32), "stops": i32((S, W))}
-  return mesh, cfg, engine, (params, rest), pool, state, i32
+  return mesh, cfg, engine, (params, rest), {"paged": pool, "regions": regions}, state, i32
 
 
 def _export(fn, mesh, *args):
@@ -69,28 +77,36 @@ def _export(fn, mesh, *args):
   return exported
 
 
-def test_decode_chunk_exports_for_tpu_and_cuda(setup):
-  mesh, cfg, engine, params, pool, state, i32 = setup
-  exported = _export(lambda *a: engine._programs._chunk_impl(*a), mesh, params, pool,
-                     dict(state, store=None), i32((S,)), i32((NB,)), i32((NB,)), i32((S, 8)),
-                     i32((S, 2)), i32(()))
-  cache, _, (tok, logp, support, steps, *_) = jax.tree.unflatten(exported.out_tree,
-                                                                   exported.out_avals)
-  assert cache.k.shape == (2, NB, BS, 2, 128) and cache.layout == "BSKH"
-  assert tok.shape == logp.shape == (S, engine.chunk_steps)
+@pytest.mark.parametrize("kv_cache,rows", [("paged", S), ("regions", S), ("regions", S // 2)])
+def test_decode_chunk_exports_for_tpu_and_cuda(setup, kv_cache, rows):
+  """Both caches, and a narrowed chunk of regions (its rows' regions taken out and put back)."""
+  mesh, cfg, engine, params, caches, state, i32 = setup
+  cache = caches[kv_cache]
+  blocks = ((i32((NB,)), i32((NB,)), i32((rows, 8)), i32((rows, 2)), i32(()))
+            if kv_cache == "paged" else (None,) * 5)
+  exported = _export(lambda *a: engine._programs._chunk_impl(*a), mesh, params, cache,
+                     dict(state, store=None), i32((rows,)), *blocks, i32(()), i32(()))
+  out, _, (tok, logp, support, steps, *_) = jax.tree.unflatten(exported.out_tree,
+                                                                 exported.out_avals)
+  assert out.k.shape == cache.k.shape and out.layout == "BSKH"
+  assert type(out) is type(cache)
+  assert tok.shape == logp.shape == (rows, engine.drain_steps)
 
 
-def test_refill_exports_for_tpu_and_cuda(setup):
-  mesh, cfg, engine, params, pool, state, i32 = setup
+@pytest.mark.parametrize("kv_cache", ["paged", "regions"])
+def test_refill_exports_for_tpu_and_cuda(setup, kv_cache):
+  mesh, cfg, engine, params, caches, state, i32 = setup
+  pool = caches[kv_cache]
   u, jp = 4, LP // BS
   store = (jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
            jax.ShapeDtypeStruct((2, LP, 2, 128), jnp.bfloat16),
            jax.ShapeDtypeStruct((cfg.vocab_size,), jnp.float32))
   row_keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)       # each new slot's key data
   fn = functools.partial(engine._programs._refill_impl, new_prompts=u)
+  pblocks = i32((S, jp)) if kv_cache == "paged" else None
   exported = _export(fn, mesh, params, pool, dict(state, store=store), i32((u, LP)), i32((u,)),
-                     i32((S,)), i32((S,)), row_keys, i32((S,)), i32((S, W)), i32((S, jp)),
+                     i32((S,)), i32((S,)), row_keys, i32((S,)), i32((S, W)), pblocks,
                      i32((S,)), i32(()))
   cache, new_state, (tok, logp, support) = jax.tree.unflatten(exported.out_tree,
                                                               exported.out_avals)
-  assert cache.k.shape == (2, NB, BS, 2, 128) and tok.shape == (S,)
+  assert cache.k.shape == pool.k.shape and tok.shape == (S,)

@@ -211,8 +211,9 @@ def plan(model: str | DecoderConfig, mesh: str = "fsdp:-1", *, batch_size: int, 
     rules: logical-axis rules.
     compute_flops: compile the step abstractly for its FLOPs (seconds for a 3B model).
     kv_slots: sampling with the slot engine (`botjax.sampling.SlotEngine`): its number of
-      slots, whose pool of `seq_len` slots each every device holds for its share of the KV
-      heads (heads over `tensor`, blocks not sharded); 0: the lockstep sampler's cache of
+      slots, whose cache of `seq_len` token slots each (one region per slot, or a paged pool
+      of blocks for every slot at its full budget) every device holds for its share of the KV
+      heads (heads over `tensor`, slots not sharded); 0: the lockstep sampler's cache of
       `batch_size` rows, sharded over the batch axes.
 
   Returns:

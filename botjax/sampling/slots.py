@@ -1,9 +1,8 @@
-"""Continuous batching: S decode slots over a paged KV cache, refilled from a queue of requests.
+"""Continuous batching: S decode slots over a KV cache, refilled from a queue of requests.
 
 `SlotEngine` generates the same `SampleOutput` as the lockstep `Sampler` (and the same tokens
 for the same key), but a row that stops frees its decode slot for the next request instead of
-costing a slot until the longest row of the batch ends, and the cache holds each slot's live
-tokens in blocks (`botjax.sampling.paged`) instead of every row's full budget.
+costing a slot until the longest row of the batch ends.
 
 A call's n·P requests (prompt p, sample s; request id r = p·n + s, the row of the output) wait
 in a queue, in order. The engine runs on the host as a loop over two jitted programs:
@@ -11,27 +10,47 @@ in a queue, in order. The engine runs on the host as a loop over two jitted prog
   refill  the next requests take the free slots: the prompts among them that are not already
           prefilled are prefilled (each prompt once: the prompt of the last request taken
           stays in a one-prompt store, so a group split between two refills is prefilled
-          once), their keys and values are copied into each slot's blocks, and every new
-          slot draws its first token from the prompt's last logits;
-  chunk   k decode steps of all S slots (a `while_loop` that also ends when no slot is
-          live); a slot that stops (stop token or its budget) idles until the chunk ends.
+          once), their keys and values are copied into each slot's part of the cache, and
+          every new slot draws its first token from the prompt's last logits;
+  chunk   decode steps of the slots (a `while_loop`): k steps while requests wait for a slot;
+          once none waits, up to `drain_steps`, ending as soon as at most half of its rows are
+          live (or none is); a slot that stops (stop token or its budget) idles until the
+          chunk ends.
 
-Between the two the host reads the chunk's tokens, frees the blocks of the rows that ended
-and allocates blocks for the next k positions of the live ones. Refilling between chunks
-keeps the prefill out of the decode loop; a finished slot then waits at most k − 1 steps
+Between the two the host reads the chunk's tokens and hands the slots of the rows that ended
+to the next requests. Refilling between chunks keeps the prefill out of the decode loop; a
+finished slot then waits at most k − 1 steps while others wait for it
 (`benchmarks/long_rollouts.py` measures the utilisation). Once no request waits, the chunks
-run only the live slots, in narrower programs (S/2, S/4, … rows) when they fit.
+run only the live slots, in narrower programs (S/2, S/4, … rows) when they fit, and end only
+to narrow: with nothing to refill, a chunk that returned every k steps cost a host round trip
+each time for nothing.
+
+Two KV caches (`kv_cache`):
+
+  paged    one pool of blocks (`botjax.sampling.paged`): a slot holds the blocks of its live
+           tokens, the host allocates them as it grows and frees them when it ends, and the
+           attention reads the blocks in use (its own per-block kernel);
+  regions  one region per slot of the call's prompt + generation buckets
+           (`botjax.sampling.regions`), as the lockstep sampler sizes a row: the attention is
+           the decoder's own implementation (the sampler's kernel) over each slot's region.
+
+"auto" keeps regions up to a generation bucket of `REGIONS_MAX_NEW_TOKENS` (128) and the pool
+above it: at short budgets a region costs little memory and its one fused attention pass beats
+the pool's per-block partials and their merge (the quick-start's rollouts, 128 rows of at most
+64 tokens: 1.2-1.3x the lockstep sampler's time on regions against 1.6-1.7x on the pool), and
+at long ones the pool reads and holds only the live tokens (budget 1,024: 288 MiB against the
+lockstep sampler's 1,056 MiB; docs/scaling.md).
 
 A decode step is the decoder's own forward pass (`botjax.models.Decoder.__call__`) through the
-paged pool (`botjax.sampling.paged.PagedStep`): the layers' math is the decoder's; the pool
-only stores each slot's keys and values and computes the attention over the blocks in use.
+cache's step view (`PagedStep`, `RegionStep`): the layers' math is the decoder's; the cache
+only places each slot's keys and values (and, paged, computes the attention over its blocks).
 
 Shapes are static, so the number of compiled programs is bounded whatever the mix of lengths:
 per (prompt-length bucket, generation bucket, stop-id width), one refill per number of new
 prompts (0 and the powers of 4 below S, and S) and one chunk per row count (S, S/2, S/4, …);
-the number of pool blocks read is a run-time trip count, not a shape. Engines of the same model
-graph, decoding rule, chunk length, tile, KV dtype and mesh share their compiled programs (a
-trainer's rollout engine and its evaluation's engine compile each shape once).
+the number of pool blocks read and of steps run are run-time values, not shapes. Engines of the
+same model graph, decoding rule, drain length, tile, KV dtype and mesh share their compiled
+programs (a trainer's rollout engine and its evaluation's engine compile each shape once).
 
 Randomness: request r draws its t-th token with key `fold_in(fold_in(key, r), t)`, the
 `Sampler`'s key of row r, so for one key every (prompt, sample) completion is the same under
@@ -43,7 +62,7 @@ handed to a callback as soon as they have all finished, and the prompts it retur
 (DAPO's dynamic sampling asks for its extra groups this way, `botjax.train.rollouts`).
 
 On small CPU hosts the slots are split into `lanes` independent halves, each with its own
-pool, run by as many host threads (`botjax.xla_cpu.default_host_threads`): a decode step of
+cache, run by as many host threads (`botjax.xla_cpu.default_host_threads`): a decode step of
 this size leaves a core idle, as for the `Sampler`. A `generate` call deals its prompts to the
 lanes in turn before they start, so the threads' timing decides nothing: the same call on the
 same engine gives the same bits every time (from a queue shared by the lanes, the timing would
@@ -73,6 +92,7 @@ from botjax import xla_cpu
 from botjax.models import attention_cpu
 from botjax.models.attention import attention_implementation, cache_layout
 from botjax.models.cache import KVCache
+from botjax.models.layers import rope_cos_sin
 from botjax.models.sharding import logical_to_spec
 from botjax.sampling.buckets import bucket_size, left_pad
 from botjax.sampling.config import SamplingConfig
@@ -80,7 +100,15 @@ from botjax.sampling.filtering import draw as draw_tokens
 from botjax.sampling.output import (FINISH_LENGTH, FINISH_STOP, SampleOutput, checked_prompts,
                                     extra_stop_ids, generate_args)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache
+from botjax.sampling.regions import RegionKVCache
 from botjax.sampling.sampler import call_params, engine_parts
+
+
+# The slot engine's KV caches: "paged" (`botjax.sampling.paged`: blocks of the live tokens),
+# "regions" (`botjax.sampling.regions`: one region of the call's full length per slot), and
+# "auto": regions up to a generation budget of `REGIONS_MAX_NEW_TOKENS`, the pool above it.
+KV_CACHES = ("auto", "paged", "regions")
+REGIONS_MAX_NEW_TOKENS = 64
 
 
 def _prefill_bucket(u: int, slots: int) -> int:
@@ -171,20 +199,32 @@ class _Lane:
   def prepare(self, num_blocks: int, block_size: int, layout: str, dtype) -> None:
     """A pool of this size (kept from the previous call when the size matches)."""
     cfg = self.engine.model_config
-    if (self.cache is None or self.cache.num_blocks != num_blocks
+    if (not isinstance(self.cache, PagedKVCache) or self.cache.num_blocks != num_blocks
         or self.cache.layout != layout or self.cache.k.dtype != dtype):
       pool = PagedKVCache.init(cfg, num_blocks=num_blocks, block_size=block_size, dtype=dtype,
                                layout=layout)
       self.cache = _committed(pool, self.engine._pool_sharding(pool))
     self.allocator = BlockAllocator(num_blocks)
 
+  def prepare_regions(self, region: int, layout: str, dtype) -> None:
+    """One region of `region` token slots per slot (kept from the previous call when the size
+    matches)."""
+    cfg = self.engine.model_config
+    if (not isinstance(self.cache, RegionKVCache) or self.cache.region != region
+        or self.cache.layout != layout or self.cache.k.dtype != dtype):
+      cache = RegionKVCache.init(cfg, num_slots=self.slots, region=region, dtype=dtype,
+                                 layout=layout)
+      self.cache = _committed(cache, self.engine._pool_sharding(cache))
+    self.allocator = None
+
   def run(self, call: "_Call") -> SlotStats:
     """Serves requests from the call's queue until it is empty and every slot has ended."""
     eng = self.engine
-    s_num, bs, steps = self.slots, eng.block_size, eng.chunk_steps
+    s_num, bs = self.slots, eng.block_size
     alloc = self.allocator
-    trash = alloc.trash
-    nb = alloc.num_blocks
+    paged = alloc is not None                         # else one region per slot
+    trash = alloc.trash if paged else 0
+    nb = alloc.num_blocks if paged else 1
     tile = eng._tile(nb)
     stats = SlotStats()
     owner = np.full((nb,), s_num, np.int32)           # slot of each pool block (s_num: none)
@@ -198,6 +238,8 @@ class _Lane:
     jp = call.prompt_cols // bs
 
     def grow(s: int, upto: int) -> None:              # blocks covering positions < upto
+      if not paged:
+        return
       need = -(-upto // bs) - len(blocks[s])
       if need > 0:
         for b in alloc.alloc(need):
@@ -220,7 +262,7 @@ class _Lane:
         rkeys = np.zeros((s_num,) + call.row_keys.shape[1:], call.row_keys.dtype)
         budget = np.ones((s_num,), np.int32)
         stops = np.full((s_num, call.stop_width), -1, np.int32)
-        pblocks = np.full((s_num, jp), trash, np.int32)
+        pblocks = np.full((s_num, jp), trash, np.int32) if paged else None
         plens = np.ones((s_num,), np.int32)
         for i, req in enumerate(taken):
           if req.prompt != store_prompt and req.prompt not in sources:
@@ -235,7 +277,8 @@ class _Lane:
           slot_idx[i], budget[i], plens[i] = s, req.budget, m
           rkeys[i] = call.row_keys[req.rid]
           stops[i] = call.stops[req.prompt]
-          pblocks[i, :len(blocks[s])] = blocks[s]
+          if paged:
+            pblocks[i, :len(blocks[s])] = blocks[s]
         ids = lens = None
         if new_prompts:
           u = _prefill_bucket(len(new_prompts), s_num)
@@ -247,7 +290,7 @@ class _Lane:
         store_prompt = taken[-1].prompt
         self.cache, state, first = eng._refill(
             call.params, self.cache, state, ids, lens, src, slot_idx, rkeys, budget, stops,
-            pblocks, plens, np.int32(store_src))
+            pblocks, plens, np.int32(store_src), call.prompt_cols)
         stats.refills += 1
         stats.prefilled_prompts += len(new_prompts)
         stats.computed_token_steps += len(taken)
@@ -267,23 +310,32 @@ class _Lane:
         rows[:len(live_slots)] = live_slots
       compact = np.full((s_num + 1,), rows_n, np.int32)   # lane slot -> row of this chunk
       compact[rows[rows < s_num]] = np.flatnonzero(rows < s_num)
-      # -- blocks for the next k positions of every live slot --------------------------------
-      wtab = np.full((rows_n, call.wtab_width), trash, np.int32)
-      table = np.full((rows_n, call.blocks_per_row), -1, np.int32)
-      for s in live_slots:
-        req = active[s]
-        pos0 = plen[s] + gen[s] - 1                    # position of the token fed next
-        last = min(pos0 + steps - 1, plen[s] + req.budget - 2)
-        grow(s, max(last, pos0) + 1)
-        first_blk = pos0 // bs
-        row = blocks[s][first_blk:first_blk + call.wtab_width]
-        wtab[compact[s], :len(row)] = row
-        table[compact[s], :len(blocks[s])] = blocks[s]
-      stats.peak_blocks = max(stats.peak_blocks, nb - 1 - alloc.num_free)
-      num_tiles = -(-alloc.high_water() // tile)
-      self.cache, state, outs = eng._chunk(call.params, self.cache, state, rows,
-                                           compact[owner], base, table, wtab,
-                                           np.int32(num_tiles))
+      # -- how far this chunk may run: k steps while requests wait for a slot; else (nothing
+      # to refill) up to `drain_steps`, ending once at most half its rows are live, when a
+      # chunk half as wide takes over (with `on_group`, k: a finished group may queue more)
+      draining = call.on_group is None and not call.waiting(self.index)
+      steps = eng.drain_steps if draining else eng.chunk_steps
+      floor = rows_n // 2 if draining else 0
+      # -- blocks for the next `steps` positions of every live slot ---------------------------
+      if paged:
+        wtab = np.full((rows_n, call.wtab_width), trash, np.int32)
+        table = np.full((rows_n, call.blocks_per_row), -1, np.int32)
+        for s in live_slots:
+          req = active[s]
+          pos0 = plen[s] + gen[s] - 1                  # position of the token fed next
+          last = min(pos0 + steps - 1, plen[s] + req.budget - 2)
+          grow(s, max(last, pos0) + 1)
+          first_blk = pos0 // bs
+          row = blocks[s][first_blk:first_blk + call.wtab_width]
+          wtab[compact[s], :len(row)] = row
+          table[compact[s], :len(blocks[s])] = blocks[s]
+        stats.peak_blocks = max(stats.peak_blocks, nb - 1 - alloc.num_free)
+        blocks_in = (compact[owner], base, table, wtab,
+                     np.int32(-(-alloc.high_water() // tile)))
+      else:
+        blocks_in = (None,) * 5
+      self.cache, state, outs = eng._chunk(call.params, self.cache, state, rows, *blocks_in,
+                                           np.int32(steps), np.int32(floor))
       stats.chunks += 1
       # -- read the chunk (and the refill before it) -----------------------------------------
       (tok, lp, sup, n_steps, gen_after, live, stopped), first = jax.device_get((outs, first))
@@ -306,9 +358,10 @@ class _Lane:
           req.stopped = bool(stopped[c])
           stats.useful_tokens += len(req.tokens)
           call.done(req)
-          alloc.free(blocks[s])
-          owner[blocks[s]] = s_num
-          blocks[s] = []
+          if paged:
+            alloc.free(blocks[s])
+            owner[blocks[s]] = s_num
+            blocks[s] = []
           active[s] = None
     stats.pool_bytes = self.cache.nbytes
     return stats
@@ -329,8 +382,10 @@ class _Call:
   work. An exception raised by `on_group` stops every lane and is raised by the call."""
 
   def __init__(self, *, params, prompts, n, stops, stop_width, prompt_cols, wtab_width,
-               blocks_per_row, pad, truncated, row_keys, budgets, start, on_group=None):
+               blocks_per_row, pad, truncated, row_keys, budgets, start, on_group=None,
+               region=None):
     self.params, self.n = params, n
+    self.region = region                  # region slots per slot, or None (the paged pool)
     self.blocks_per_row = blocks_per_row
     self.prompt_cols, self.pad = prompt_cols, pad
     self.stop_width, self.wtab_width = stop_width, wtab_width
@@ -459,12 +514,18 @@ class SlotEngine:
     model_config: the model's `DecoderConfig` (None: `model.config`).
     sampling_config: decoding rule, stop ids and buckets (as for `Sampler`).
     num_slots: S, decode slots in all (split evenly over `lanes`).
-    chunk_steps: k, decode steps between refills.
+    chunk_steps: k, decode steps between refills while requests wait for a slot.
+    drain_steps: decode steps a chunk may run when no request waits (at least `chunk_steps`;
+      such a chunk also ends once at most half its rows are live, and the next runs in a
+      program half as wide).
     block_size: bs, token slots per pool block (None: `attention_cpu.PAGED_BLOCK_SIZE` (64) on
       CPU with `botjax.xla_cpu` tuning on, else 32).
     tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`; None:
       `attention_cpu.PAGED_TILE_BLOCKS` (32) on CPU with `botjax.xla_cpu` tuning on, else 128).
     cache_dtype: KV dtype (None: the model's compute dtype).
+    kv_cache: "paged" (a pool of blocks), "regions" (one region of the call's full length per
+      slot) or "auto" (regions up to a generation bucket of `REGIONS_MAX_NEW_TOKENS`, else
+      paged); see the module docstring.
     lanes: independent slot groups run by as many host threads (None:
       `botjax.xla_cpu.default_host_threads`, 2 on small CPU hosts, else 1).
     mesh: optional mesh; the programs then run under it (parameters keep their sharding).
@@ -477,9 +538,9 @@ class SlotEngine:
 
   def __init__(self, model: Any, model_config: Any = None,
                sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
-               chunk_steps: int = 8, block_size: int | None = None,
+               chunk_steps: int = 8, drain_steps: int = 64, block_size: int | None = None,
                tile_blocks: int | None = None, cache_dtype: Any = None,
-               lanes: int | None = None, mesh=None):
+               lanes: int | None = None, kv_cache: str = "auto", mesh=None):
     self.graphdef, self.params, self.model_config, self.cache_dtype = engine_parts(
         model, model_config, sampling_config, cache_dtype)
     self.config = sampling_config
@@ -490,19 +551,24 @@ class SlotEngine:
     if tile_blocks is None:
       tile_blocks = attention_cpu.PAGED_TILE_BLOCKS if cpu else 128
     for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
+                        ("drain_steps", drain_steps),
                         ("block_size", block_size), ("tile_blocks", tile_blocks)):
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if kv_cache not in KV_CACHES:
+      raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+    self.kv_cache = kv_cache
     if lanes is None:
       lanes = xla_cpu.default_host_threads(mesh if mesh is not None else self.params, mesh=mesh)
     if not isinstance(lanes, int) or lanes < 1 or num_slots % lanes:
       raise ValueError(f"lanes must be an int >= 1 dividing num_slots={num_slots}, got {lanes!r}")
     self.num_slots, self.chunk_steps, self.block_size = num_slots, chunk_steps, block_size
+    self.drain_steps = max(drain_steps, chunk_steps)
     self.tile_blocks = tile_blocks
     self.lanes = [_Lane(self, i, num_slots // lanes) for i in range(lanes)]
     self.last_stats: SlotStats | None = None
     self._pool = None
-    self._programs = _programs_for(self.graphdef, sampling_config, chunk_steps, tile_blocks,
+    self._programs = _programs_for(self.graphdef, sampling_config, self.drain_steps, tile_blocks,
                                    self.cache_dtype, mesh)
 
   # -- host side ---------------------------------------------------------------------------
@@ -513,7 +579,7 @@ class SlotEngine:
 
   def num_compiled(self) -> int:
     """Programs compiled so far (refills and decode chunks) for this engine's settings: engines
-    of the same model graph, decoding rule, chunk length, tile, KV dtype and mesh share their
+    of the same model graph, decoding rule, drain length, tile, KV dtype and mesh share their
     programs (a shape compiled for one is not compiled again for another)."""
     return self._programs.num_compiled()
 
@@ -522,6 +588,14 @@ class SlotEngine:
     if self._pool is not None:
       self._pool.shutdown(wait=True)
       self._pool = None
+
+  def uses_regions(self, prompt_cols: int, gen_cols: int) -> bool:
+    """Whether a call of these prompt and generation buckets keeps one region per slot (else
+    the paged pool): `kv_cache`, with "auto" resolved by the generation bucket."""
+    del prompt_cols
+    if self.kv_cache == "auto":
+      return gen_cols <= REGIONS_MAX_NEW_TOKENS
+    return self.kv_cache == "regions"
 
   def _layout(self) -> str:
     where = self.mesh if self.mesh is not None else self.params
@@ -623,7 +697,9 @@ class SlotEngine:
     tb = bucket_size(int(budgets.max()), cfg.gen_len_buckets, minimum=cfg.min_len_bucket,
                      name="max_new_tokens")
     bs = self.block_size
-    cols = -(-lp // bs) * bs                      # prompt columns of the prefill: whole blocks
+    regions = self.uses_regions(lp, tb)
+    # prompt columns of the prefill: whole blocks of the pool, or the bucket (a region)
+    cols = lp if regions else -(-lp // bs) * bs
     if row_keys is None:
       if not (isinstance(key, jax.Array)
               and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
@@ -637,10 +713,11 @@ class SlotEngine:
       raise ValueError(f"row_keys must hold {rows} keys (one per row), got {row_keys.shape[0]}")
     per_slot = -(-(lp + tb - 1) // bs)            # blocks of a row at its full budget
     call = _Call(params=params, prompts=prompts, n=n, stops=stops, stop_width=width,
-                 prompt_cols=cols, wtab_width=(self.chunk_steps - 2) // bs + 2,
+                 prompt_cols=cols, wtab_width=(self.drain_steps - 2) // bs + 2,
                  blocks_per_row=per_slot, pad=cfg.pad_token_id, truncated=cfg.logp_truncated,
                  row_keys=row_keys, budgets=budgets,
-                 start=range(num) if start is None else start, on_group=on_group)
+                 start=range(num) if start is None else start, on_group=on_group,
+                 region=lp + tb if regions else None)
     if on_group is not None:
       call.on_group = lambda p, reqs: on_group(p, self._assemble(call, [p], prompts, lp, tb,
                                                                  requests=reqs, host=True))
@@ -652,6 +729,9 @@ class SlotEngine:
     rows = len(call.budgets)                      # rows the call may sample
     lanes = self.lanes[:max(1, min(len(self.lanes), math.ceil(rows / self.lanes[0].slots)))]
     for lane in lanes:
+      if call.region is not None:
+        lane.prepare_regions(call.region, layout, self.cache_dtype)
+        continue
       need = lane.slots * per_slot + 1             # every slot at its full budget, and the trash
       tile = self._tile(need)
       lane.prepare(-(-need // tile) * tile, bs, layout, self.cache_dtype)
@@ -719,23 +799,24 @@ class SlotEngine:
       return fn(*args, **kwargs)
 
   def _refill(self, params, cache, state, ids, lens, src, slot, rkeys, budget, stops, pblocks,
-              plens, store_src):
+              plens, store_src, cols):
     """Dispatches a refill; returns (cache, state, (first tokens, log-probs, supports))."""
     u = 0 if ids is None else ids.shape[0]
     if state["store"] is None:           # the first refill of a call: an empty store
       cfg = self.model_config
-      dense = KVCache.init(cfg, batch_size=1, max_len=pblocks.shape[1] * cache.block_size,
-                           dtype=self.cache_dtype, layout=cache.layout)
+      dense = KVCache.init(cfg, batch_size=1, max_len=cols, dtype=self.cache_dtype,
+                           layout=cache.layout)
       state = dict(state, store=_committed((dense.k[:, 0], dense.v[:, 0],
                                             jnp.zeros((cfg.vocab_size,), jnp.float32)),
                                            self._state_sharding()))
     return self._run(self._programs.refill, params, cache, state, ids, lens, src, slot, rkeys,
                      budget, stops, pblocks, plens, store_src, new_prompts=u)
 
-  def _chunk(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
+  def _chunk(self, params, cache, state, rows, owner, base, table, wtab, num_tiles, limit,
+             floor):
     """Dispatches a decode chunk; returns (cache, state, outputs)."""
     return self._run(self._programs.chunk, params, cache, state, rows, owner, base, table,
-                     wtab, num_tiles)
+                     wtab, num_tiles, limit, floor)
 
   def _tile(self, num_blocks: int) -> int:
     return self._programs._tile(num_blocks)
@@ -749,7 +830,7 @@ class SlotEngine:
 
 class _Programs:
   """The slot engine's two jitted programs (refill and decode chunk) for one model graph,
-  decoding rule, chunk length, tile, KV dtype and mesh.
+  decoding rule, drain length (the chunk's output columns), tile, KV dtype and mesh.
 
   Engines built with equal ones share one `_Programs` (`_programs_for`), so each shape compiles
   once per process: a trainer's rollout engine and its evaluation's engine (the same decoding
@@ -757,9 +838,9 @@ class _Programs:
   and they are freed with the last engine that uses them.
   """
 
-  def __init__(self, graphdef, config: SamplingConfig, chunk_steps: int, tile_blocks: int,
+  def __init__(self, graphdef, config: SamplingConfig, drain_steps: int, tile_blocks: int,
                cache_dtype, mesh):
-    self.graphdef, self.config, self.chunk_steps = graphdef, config, chunk_steps
+    self.graphdef, self.config, self.drain_steps = graphdef, config, drain_steps
     self.tile_blocks, self.cache_dtype, self.mesh = tile_blocks, cache_dtype, mesh
     self.refill = xla_cpu.jit(self._refill_impl, decode=True, donate_argnums=(1, 2),
                               static_argnames=("new_prompts",))
@@ -831,21 +912,23 @@ class _Programs:
       src_k = jnp.concatenate([src_k, dense.k.astype(src_k.dtype)], axis=1)
       src_v = jnp.concatenate([src_v, dense.v.astype(src_v.dtype)], axis=1)
       src_logits = jnp.concatenate([src_logits, logits], axis=0)
-    # each new slot's prompt, block by block, into its pool blocks
-    r, jp = pblocks.shape
-    bs = cache.block_size
-    lay = cache.k.shape[0]
+    if isinstance(cache, RegionKVCache):   # each new slot's prompt at the start of its region
+      cache = cache.write_prompts(slot, src_k[:, src], src_v[:, src])
+    else:                                  # each new slot's prompt, block by block, into its blocks
+      r, jp = pblocks.shape
+      bs = cache.block_size
+      lay = cache.k.shape[0]
 
-    def blocks_of(x):                 # [L, 1+U, *layout (B: rows)] -> [L, R·Jp, *layout]
-      x = x[:, src]
-      axis = 1 + cache.layout.index("S")                    # the prompt's slots
-      x = x.reshape(x.shape[:axis] + (jp, bs) + x.shape[axis + 1:])
-      x = jnp.moveaxis(x, axis, 2)                          # [L, R, Jp, ..., bs, ...]
-      return x.reshape((lay, r * jp) + x.shape[3:])
+      def blocks_of(x):               # [L, 1+U, *layout (B: rows)] -> [L, R·Jp, *layout]
+        x = x[:, src]
+        axis = 1 + cache.layout.index("S")                  # the prompt's slots
+        x = x.reshape(x.shape[:axis] + (jp, bs) + x.shape[axis + 1:])
+        x = jnp.moveaxis(x, axis, 2)                        # [L, R, Jp, ..., bs, ...]
+        return x.reshape((lay, r * jp) + x.shape[3:])
 
-    flat = pblocks.reshape(-1)
-    cache = cache.replace(k=cache.k.at[:, flat].set(blocks_of(src_k)),
-                          v=cache.v.at[:, flat].set(blocks_of(src_v)))
+      flat = pblocks.reshape(-1)
+      cache = cache.replace(k=cache.k.at[:, flat].set(blocks_of(src_k)),
+                            v=cache.v.at[:, flat].set(blocks_of(src_v)))
     row_keys = jax.random.wrap_key_data(rkeys)
     first_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, jnp.int32(0))
     d = draw_tokens(first_keys, src_logits[src], temperature=cfg.temperature, top_k=cfg.top_k,
@@ -866,38 +949,55 @@ class _Programs:
     cache, state = self._constrained(cache, state)
     return cache, state, self._replicated((d.tokens, d.logp, d.support))
 
-  def _chunk_impl(self, params, cache, state, rows, owner, base, table, wtab, num_tiles):
-    """Up to k decode steps of the slots `rows` (traced once per number of rows)."""
+  def _chunk_impl(self, params, cache, state, rows, owner, base, table, wtab, num_tiles, limit,
+                  floor):
+    """Up to `limit` (≤ `drain_steps`) decode steps of the slots `rows`, ending early once at
+    most `floor` of them are live (traced once per number of rows)."""
     cfg = self.config
     model = self._model(params)
-    steps = self.chunk_steps
-    bs = cache.block_size
-    trash = cache.num_blocks - 1
-    tile = self._tile(cache.num_blocks)
+    steps = self.drain_steps
+    regions = isinstance(cache, RegionKVCache)
     s_all = state["tok"].shape[0]
     s_num = rows.shape[0]
     real = rows < s_all
     st = {name: state[name][jnp.minimum(rows, s_all - 1)] for name in _PER_SLOT}
     st["live"] = st["live"] & real
     pad = jnp.int32(cfg.pad_token_id)
-    first_block = st["pos"] // bs
     rkeys = jax.random.wrap_key_data(st["rkey"])
     outs = (jnp.full((s_num, steps), pad, jnp.int32), jnp.zeros((s_num, steps), jnp.float32),
             jnp.full((s_num, steps), -jnp.inf, jnp.float32))
+    # RoPE of every step's positions, computed once (as in `Sampler`): a live slot feeds
+    # position pos + i at step i (a slot that ended feeds nothing that is kept).
+    rope = jax.vmap(lambda p: rope_cos_sin(model.config, p[:, None]))(
+        st["pos"][None, :] + jnp.arange(steps, dtype=jnp.int32)[:, None])  # [k, R', 1, ·]
+    if regions:
+      # the chunk's rows' regions (all slots: the cache itself), written back after the loop
+      whole = cache
+      cache = cache if s_num == s_all else cache.rows(jnp.minimum(rows, s_all - 1))
+
+      def address(cache, live, pos):
+        return cache.at(pos)
+    else:
+      bs = cache.block_size
+      trash = cache.num_blocks - 1
+      tile = self._tile(cache.num_blocks)
+      first_block = st["pos"] // bs
+
+      def address(cache, live, pos):
+        col = jnp.clip(pos // bs - first_block, 0, wtab.shape[1] - 1)
+        block = jnp.where(live, jnp.take_along_axis(wtab, col[:, None], axis=1)[:, 0], trash)
+        return cache.at(block=block, offset=pos % bs, length=pos + 1, owner=owner, base=base,
+                        table=table, tile=tile, num_tiles=num_tiles)
 
     def cond(carry):
       i, _, st, _ = carry
-      return (i < steps) & jnp.any(st["live"])
+      return (i < limit) & (jnp.sum(st["live"].astype(jnp.int32)) > floor)
 
     def body(carry):
       i, cache, st, outs = carry
       live, pos = st["live"], st["pos"]
-      col = jnp.clip(pos // bs - first_block, 0, wtab.shape[1] - 1)
-      block = jnp.where(live, jnp.take_along_axis(wtab, col[:, None], axis=1)[:, 0], trash)
-      step = cache.at(block=block, offset=pos % bs, length=pos + 1, owner=owner, base=base,
-                      table=table, tile=tile, num_tiles=num_tiles)
       logits, cache = model(st["tok"][:, None], pos[:, None], attention_mask=live[:, None],
-                            cache=step)
+                            cache=address(cache, live, pos), rope=(rope[0][i], rope[1][i]))
       logits = logits[:, 0]
       keys = jax.vmap(jax.random.fold_in)(rkeys, st["gen"])
       d = draw_tokens(keys, logits, temperature=cfg.temperature, top_k=cfg.top_k,
@@ -915,6 +1015,8 @@ class _Programs:
 
     steps_run, cache, st, outs = jax.lax.while_loop(
         cond, body, (jnp.int32(0), cache, st, outs))
+    if regions and s_num != s_all:
+      cache = whole.put_rows(rows, cache)
     state = dict(state, **{name: state[name].at[rows].set(st[name], mode="drop")
                            for name in _PER_SLOT})
     cache, state = self._constrained(cache, state)
@@ -926,9 +1028,9 @@ _SHARED: "weakref.WeakValueDictionary[tuple, _Programs]" = weakref.WeakValueDict
 _SHARED_LOCK = threading.Lock()
 
 
-def _programs_for(graphdef, config, chunk_steps, tile_blocks, cache_dtype, mesh) -> _Programs:
+def _programs_for(graphdef, config, drain_steps, tile_blocks, cache_dtype, mesh) -> _Programs:
   """The `_Programs` of these settings: the one an engine alive holds, else a new one."""
-  key = (graphdef, config, chunk_steps, tile_blocks, jnp.dtype(cache_dtype), mesh)
+  key = (graphdef, config, drain_steps, tile_blocks, jnp.dtype(cache_dtype), mesh)
   with _SHARED_LOCK:
     programs = _SHARED.get(key)
     if programs is None:

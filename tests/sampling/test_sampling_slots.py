@@ -1,5 +1,6 @@
-"""The slot engine: the same samples as the lockstep sampler whatever the schedule, log-probs the
-trainer reproduces, a bounded number of programs, and the paged attention against NumPy."""
+"""The slot engine: the same samples as the lockstep sampler whatever the schedule and KV cache
+(paged pool or per-slot regions), log-probs the trainer reproduces, a bounded number of programs,
+and the paged attention against NumPy."""
 
 import dataclasses
 import gc
@@ -16,6 +17,7 @@ import botjax.models as bm
 from botjax.sampling import (RolloutEngine, Sampler, SamplingConfig, SlotEngine,
                              sample_logprobs, make_engine)
 from botjax.sampling.paged import BlockAllocator, PagedKVCache, ragged_attention, write_tokens
+from botjax.sampling.regions import RegionKVCache
 from botjax.sampling import slots as slots_lib
 from botjax.sampling.slots import _narrower
 
@@ -26,6 +28,7 @@ PROMPTS = [[5, 6, 7], [9], [3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13]]
 # per-prompt stop ids, so that rows end at many different lengths
 STOPS = [[2, 3], [], [4], [5, 6, 8]]
 SMALL = dict(chunk_steps=4, block_size=4, tile_blocks=8)
+CACHES = ["paged", "regions"]
 # |Δ log p| bounds in bf16: the mean is the vLLM engine's bf16 probe tolerance
 BF16_MEAN_BOUND, BF16_MAX_BOUND = 0.05, 0.5
 
@@ -55,9 +58,10 @@ def _same_samples(out, ref):
   assert out.num_groups == ref.num_groups
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("slots,lanes", [(1, 1), (7, 1), (64, 1), (8, 2)])
-def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lanes):
-  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, **SMALL)
+def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lanes, kv_cache):
+  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, kv_cache=kv_cache, **SMALL)
   out = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
   _same_samples(out, reference)
   lengths = np.asarray(reference.lengths)
@@ -71,12 +75,13 @@ def test_same_samples_whatever_the_number_of_slots(model, reference, slots, lane
     assert st.decode_steps >= lengths.sum() - len(lengths)
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("slots,lanes", [(2, 1), (8, 2)])
-def test_generate_groups_queues_what_on_group_asks_for(model, reference, slots, lanes):
+def test_generate_groups_queues_what_on_group_asks_for(model, reference, slots, lanes, kv_cache):
   """`generate_groups`: the prompts `start` first, then whatever `on_group` returns when a
   group's n rows have all finished; each group handed over holds the rows `generate` draws for
   the same key (host arrays), and the output covers the queued prompts in index order."""
-  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, **SMALL)
+  engine = SlotEngine(model, CFG, SC, num_slots=slots, lanes=lanes, kv_cache=kv_cache, **SMALL)
   seen, handed = [], {}
 
   def on_group(p, out):
@@ -123,8 +128,9 @@ def test_generate_groups_queues_what_on_group_asks_for(model, reference, slots, 
     engine.generate_groups(PROMPTS, jax.random.key(3), n=3, start=[0], on_group=None)
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("lanes", [1, 2])
-def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, lanes):
+def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, lanes, kv_cache):
   """Parameters sharded over 8 devices (data:2,fsdp:2,tensor:2): the engine's fresh pool, state
   and prompt store are placed on the mesh like its programs' outputs (an array on one device
   of the mesh is refused by jit), the samples are the single-device sampler's, and a second
@@ -132,7 +138,8 @@ def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, la
   from botjax.models.sharding import make_mesh, shard_model
   mesh = make_mesh("data:2,fsdp:2,tensor:2")
   sharded = shard_model(bm.Decoder(CFG, rngs=nnx.Rngs(0)), mesh)
-  engine = SlotEngine(sharded, CFG, SC, num_slots=8, lanes=lanes, mesh=mesh, **SMALL)
+  engine = SlotEngine(sharded, CFG, SC, num_slots=8, lanes=lanes, mesh=mesh, kv_cache=kv_cache,
+                      **SMALL)
   out = engine.generate(PROMPTS, jax.random.key(3), n=3, stop_token_ids=STOPS)
   np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(reference.tokens))
   np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(reference.lengths))
@@ -146,24 +153,32 @@ def test_same_samples_on_a_multi_device_mesh_and_no_second_compile(reference, la
     assert engine._programs.chunk._cache_size() == chunks
 
 
-def test_same_samples_with_the_portable_attention_and_a_layer_scan():
-  """The "xla" attention's pool layout ([layers, NB, bs, K, H]) and a scanned decoder."""
-  cfg = dataclasses.replace(CFG, attention="xla")
+@pytest.mark.parametrize("kv_cache", CACHES)
+@pytest.mark.parametrize("attention", ["xla", "cpu"])
+def test_same_samples_with_sliding_windows_a_layer_scan_and_either_layout(attention, kv_cache):
+  """The "xla" attention's layout ([layers, NB, bs, K, H] blocks, [layers, S, R, K, H]
+  regions) and the "cpu" one's, a scanned decoder, and sliding-window layers (a window of 3
+  on every other layer: shorter than most completions, so the window decides what is seen)."""
+  cfg = dataclasses.replace(CFG, attention=attention, sliding_window=3, sliding_layers=(1, 0))
   model = bm.Decoder(cfg, rngs=nnx.Rngs(0), scan_layers=True)
   ref = Sampler(model, cfg, SC, host_threads=1).generate(PROMPTS, jax.random.key(5), n=2,
                                                          stop_token_ids=STOPS)
-  engine = SlotEngine(model, cfg, SC, num_slots=3, lanes=1, **SMALL)
+  assert np.asarray(ref.lengths).max() > 6
+  engine = SlotEngine(model, cfg, SC, num_slots=3, lanes=1, kv_cache=kv_cache, **SMALL)
   assert engine.lanes[0].cache is None
   _same_samples(engine.generate(PROMPTS, jax.random.key(5), n=2, stop_token_ids=STOPS), ref)
-  assert engine.lanes[0].cache.layout == "BSKH"
+  cache = engine.lanes[0].cache
+  assert cache.layout == ("BSKH" if attention == "xla" else "BKHS")
+  assert isinstance(cache, RegionKVCache if kv_cache == "regions" else PagedKVCache)
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.9)])
-def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
+def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p, kv_cache):
   """Untruncated and, with top-k / top-p, under the recorded truncated support: the log-probs
   the update recomputes equal the engine's (2e-5, f32), and the sampler's."""
   sc = dataclasses.replace(SC, top_k=top_k, top_p=top_p)
-  engine = SlotEngine(model, CFG, sc, num_slots=5, lanes=1, **SMALL)
+  engine = SlotEngine(model, CFG, sc, num_slots=5, lanes=1, kv_cache=kv_cache, **SMALL)
   out = engine.generate(PROMPTS, jax.random.key(11), n=3, stop_token_ids=STOPS)
   mask = np.asarray(out.mask)
   assert (out.support_logp is not None) == (top_k > 0 or top_p < 1.0)
@@ -179,13 +194,14 @@ def test_logprobs_equal_the_trainers_teacher_forced_ones(model, top_k, top_p):
     assert (np.asarray(out.logp)[mask] <= 0).all()
 
 
-def test_per_row_budgets_and_a_bounded_number_of_programs(model):
+@pytest.mark.parametrize("kv_cache", CACHES)
+def test_per_row_budgets_and_a_bounded_number_of_programs(model, kv_cache):
   """Any mix of lengths (per-row budgets) runs on the same few programs: refills by the
   number of new prompts (a power of 4 up to the slots) and chunks by their rows (S, S/2, S/4, …)."""
   gc.collect()   # frees the programs of an earlier engine of the same settings (shared, below)
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,),
                            prompt_len_buckets=(12,))
-  engine = SlotEngine(model, CFG, sc, num_slots=6, lanes=1, **SMALL)
+  engine = SlotEngine(model, CFG, sc, num_slots=6, lanes=1, kv_cache=kv_cache, **SMALL)
   sampler = Sampler(model, CFG, sc, host_threads=1)
   rng = np.random.default_rng(0)
   assert _narrower(6) == [3, 1] and _narrower(64) == [32, 16, 8, 4, 2, 1] and _narrower(1) == []
@@ -208,14 +224,16 @@ def test_per_row_budgets_and_a_bounded_number_of_programs(model):
   assert seen[-1] == seen[-2] or seen[-1] < bound
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("lanes", [1, 2])
-def test_a_repeated_call_compiles_nothing(model, lanes):
+def test_a_repeated_call_compiles_nothing(model, lanes, kv_cache):
   """The second call of the same work runs on the first call's refills: with placed parameters,
   the pool kept from the first call and each call's fresh state are alike committed, so no refill
   is compiled again (it was, once, before they were)."""
   gc.collect()   # frees the programs of an earlier engine of the same settings (shared, below)
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(64,), prompt_len_buckets=(8,))
-  engine = SlotEngine(model, CFG, sc, num_slots=8, lanes=lanes, chunk_steps=4, block_size=8)
+  engine = SlotEngine(model, CFG, sc, num_slots=8, lanes=lanes, chunk_steps=4, block_size=8,
+                      kv_cache=kv_cache)
   engine.set_params(jax.device_put(nnx.state(model), jax.devices()[0]))   # placed, as a trainer's
   rng = np.random.default_rng(0)
   prompts = rng.integers(3, 64, size=(4, 8)).tolist()
@@ -314,7 +332,104 @@ def test_engine_registry_and_errors(model):
     engine.generate([[5, 99]], jax.random.key(0))
   with pytest.raises(ValueError, match="lanes must be an int >= 1 dividing num_slots=6"):
     SlotEngine(model, CFG, SC, num_slots=6, lanes=4)
+  with pytest.raises(ValueError, match=r"kv_cache must be one of \('auto', 'paged', "
+                                       r"'regions'\), got 'dense'"):
+    SlotEngine(model, CFG, SC, kv_cache="dense")
+  with pytest.raises(ValueError, match="drain_steps must be an int >= 1, got 0"):
+    SlotEngine(model, CFG, SC, drain_steps=0)
   engine.close()
+
+
+def test_auto_keeps_regions_for_short_budgets_and_the_pool_for_long_ones(model):
+  """kv_cache="auto": one region per slot up to a generation bucket of
+  `REGIONS_MAX_NEW_TOKENS`, the paged pool above it (decided per call, by its bucket)."""
+  limit = slots_lib.REGIONS_MAX_NEW_TOKENS
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(limit, 2 * limit),
+                           prompt_len_buckets=(8,))
+  engine = SlotEngine(model, CFG, sc, num_slots=2, lanes=1, **SMALL)
+  assert engine.uses_regions(8, limit) and not engine.uses_regions(8, limit + 1)
+  engine.generate([[5, 6]], jax.random.key(0), n=2, max_new_tokens=3)
+  assert isinstance(engine.lanes[0].cache, RegionKVCache)
+  assert engine.lanes[0].cache.region == 8 + limit          # prompt bucket + generation bucket
+  engine.generate([[5, 6]], jax.random.key(0), n=2, max_new_tokens=limit + 1)
+  assert isinstance(engine.lanes[0].cache, PagedKVCache)
+  fixed = SlotEngine(model, CFG, sc, num_slots=2, lanes=1, kv_cache="paged", **SMALL)
+  assert not fixed.uses_regions(8, 4)
+
+
+@pytest.mark.parametrize("kv_cache", CACHES)
+def test_chunks_run_on_while_nothing_waits_and_narrow_when_half_end(model, kv_cache):
+  """While requests wait, a chunk is k steps (the refill cadence); once none waits, a chunk
+  runs up to `drain_steps`, ending when at most half its rows are live, and the next runs half
+  as wide. 4 slots, 4 requests of budgets 2, 3, 30, 30 (no stop token), k = 4: the first chunk
+  ends after 2 steps (rows of budget 2 and 3 done: 2 of 4 live), the second (2 rows) runs the
+  remaining 27 steps; with drain_steps = k they would take ceil(29 / 4) = 8 chunks."""
+  sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,))
+  budgets = [2, 3, 30, 30]
+  runs = {}
+  for drain in (64, 4):
+    engine = SlotEngine(model, CFG, sc, num_slots=4, lanes=1, chunk_steps=4, drain_steps=drain,
+                        block_size=4, tile_blocks=8, kv_cache=kv_cache)
+    out = engine.generate([[5, 6], [7]], jax.random.key(1), n=2, max_new_tokens=budgets)
+    np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
+    runs[drain] = (engine.last_stats, out)
+  drained, stepped = runs[64][0], runs[4][0]
+  assert (drained.refills, drained.chunks, drained.decode_steps) == (1, 2, 2 + 27)
+  assert stepped.chunks == 8 and stepped.decode_steps == 29
+  assert drained.computed_token_steps == 4 + 4 * 2 + 2 * 27
+  np.testing.assert_array_equal(np.asarray(runs[64][1].tokens), np.asarray(runs[4][1].tokens))
+
+
+def test_region_cache_writes_and_rows_against_numpy():
+  """`RegionKVCache`: prompts written at the start of the slots' regions (a slot index ≥ S
+  dropped), one token per slot at its own position through a decoder step's view, a chunk's
+  rows taken out and put back; in both layouts."""
+  from botjax.sampling.regions import RegionStep
+  rng = np.random.default_rng(0)
+  for layout in ("BKHS", "BSKH"):
+    cache = RegionKVCache.init(CFG, num_slots=3, region=6, layout=layout)
+    order = [1 + layout.index(a) for a in "BSKH"]           # [L, slot, pos, K, H] view
+
+    def view(x):
+      return np.transpose(np.asarray(x), [0] + order)
+
+    want_k = np.zeros((CFG.num_layers, 3, 6, CFG.num_kv_heads, CFG.head_dim), np.float32)
+    want_v = want_k.copy()
+    pk = rng.normal(size=(CFG.num_layers, 2, 4, CFG.num_kv_heads, CFG.head_dim)).astype(np.float32)
+    pv = pk + 1
+
+    def as_layout(x):                                     # [L, B, S, K, H] -> [L, *layout]
+      return np.transpose(x, [0] + [1 + "BSKH".index(a) for a in layout])
+
+    cache = cache.write_prompts(jnp.asarray([2, 3]), jnp.asarray(as_layout(pk)),
+                                jnp.asarray(as_layout(pv)))      # slot 3: dropped
+    want_k[:, 2, :4], want_v[:, 2, :4] = pk[:, 0], pv[:, 0]
+    np.testing.assert_array_equal(view(cache.k), want_k)
+    np.testing.assert_array_equal(view(cache.v), want_v)
+    # a step: slot s writes at pos[s] and sees region slots < pos[s] (its own through new_slots)
+    pos = jnp.asarray([0, 5, 2], jnp.int32)
+    kv_layout = "BKSH"
+    nk = rng.normal(size=(3, CFG.num_kv_heads, 1, CFG.head_dim)).astype(np.float32)
+    pas = RegionStep(cache, pos).begin(jnp.ones((3, 1), bool), kv_layout=kv_layout)
+    lay = pas.layer(pas.state, 1, window=2).write(jnp.asarray(nk), jnp.asarray(nk * 2),
+                                                  kv_layout)
+    for s, p in enumerate([0, 5, 2]):
+      want_k[1, s, p], want_v[1, s, p] = nk[s, :, 0], 2 * nk[s, :, 0]
+    np.testing.assert_array_equal(view(pas.finish(lay.state).k), want_k)
+    np.testing.assert_array_equal(view(pas.finish(lay.state).v), want_v)
+    seen = np.asarray(lay.allowed[:, 0])
+    np.testing.assert_array_equal(seen, [[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 0],
+                                         [0, 1, 0, 0, 0, 0]])     # window 2: pos − 1 only
+    np.testing.assert_array_equal(np.asarray(lay.new_slots(jnp.ones((3, 1, 1), bool)))[:, 0],
+                                  np.eye(6, dtype=bool)[[0, 5, 2]])
+    # a chunk's rows out and back (a row index ≥ S dropped)
+    part = cache.rows(jnp.asarray([2, 0]))
+    np.testing.assert_array_equal(view(part.k), want_k[:, [2, 0]] * 0 + view(cache.k)[:, [2, 0]])
+    part = part.replace(k=part.k + 1)
+    back = cache.put_rows(jnp.asarray([2, 3]), part)
+    got = view(back.k)
+    np.testing.assert_array_equal(got[:, 2], view(cache.k)[:, 2] + 1)
+    np.testing.assert_array_equal(got[:, :2], view(cache.k)[:, :2])
 
 
 # -- the paged pool and its attention, against NumPy -------------------------------------------
@@ -394,24 +509,28 @@ def test_block_allocator():
     BlockAllocator(1)
 
 
-def test_plan_reports_the_engines_pool(model):
-  """`models.plan(kv_slots=S)` counts the pool the engine allocates (less its trash block)."""
+@pytest.mark.parametrize("kv_cache", CACHES)
+def test_plan_reports_the_engines_pool(model, kv_cache):
+  """`models.plan(kv_slots=S)` counts the cache the engine allocates: S regions of the full
+  length, or a pool of blocks for every slot at its full budget (less the pool's trash block)."""
   sc = dataclasses.replace(SC, prompt_len_buckets=(8,), gen_len_buckets=(16,))
   engine = SlotEngine(model, CFG, sc, num_slots=4, lanes=1, chunk_steps=4, block_size=4,
-                      tile_blocks=1)
+                      tile_blocks=1, kv_cache=kv_cache)
   engine.generate([[5, 6, 7]], jax.random.key(0), n=2, max_new_tokens=16)
   p = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=8 + 16, dtype=jnp.float32,
               compute_flops=False, kv_slots=4)
   block = 2 * CFG.num_layers * 4 * CFG.num_kv_heads * CFG.head_dim * 4      # k and v, bs = 4
-  assert engine.last_stats.pool_bytes == p.kv_cache_bytes + block
+  trash = block if kv_cache == "paged" else 0
+  assert engine.last_stats.pool_bytes == p.kv_cache_bytes + trash
   assert "KV cache / device (4 slots)" in str(p)
   lockstep = bm.plan(CFG, "data:1", num_devices=1, batch_size=64, seq_len=24, dtype=jnp.float32,
                      compute_flops=False)
   assert lockstep.kv_cache_bytes == 16 * p.kv_cache_bytes             # 64 rows, not 4 slots
 
 
+@pytest.mark.parametrize("kv_cache", CACHES)
 @pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (6, 0.9)])
-def test_bfloat16_logprob_gap_is_measured_and_small(model, top_k, top_p, capsys):
+def test_bfloat16_logprob_gap_is_measured_and_small(model, top_k, top_p, kv_cache, capsys):
   """bf16 compute (f32 weights): the engine's log-probs against the update's teacher-forced ones
   in bf16, and against the f32 model's, as mean and max |Δ log p| over the completion tokens.
   The two bf16 sides run the same weights at the same precision through other programs (the
@@ -420,7 +539,7 @@ def test_bfloat16_logprob_gap_is_measured_and_small(model, top_k, top_p, capsys)
   0.012 / max 0.15 under top-k 6, top-p 0.9."""
   m16 = bm.Decoder(CFG, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
   sc = dataclasses.replace(SC, top_k=top_k, top_p=top_p)
-  out = SlotEngine(m16, CFG, sc, num_slots=5, lanes=1, **SMALL).generate(
+  out = SlotEngine(m16, CFG, sc, num_slots=5, lanes=1, kv_cache=kv_cache, **SMALL).generate(
       PROMPTS, jax.random.key(11), n=3, stop_token_ids=STOPS)
   mask = np.asarray(out.mask)
   lp = np.asarray(out.logp)[mask]
@@ -429,7 +548,7 @@ def test_bfloat16_logprob_gap_is_measured_and_small(model, top_k, top_p, capsys)
   d16 = np.abs(np.asarray(tf16)[mask] - lp)
   d32 = np.abs(np.asarray(tf32)[mask] - lp)
   with capsys.disabled():
-    print(f"\nbf16 slot engine, top_k={top_k} top_p={top_p}, {mask.sum()} tokens: "
+    print(f"\nbf16 slot engine ({kv_cache}), top_k={top_k} top_p={top_p}, {mask.sum()} tokens: "
           f"vs bf16 update mean {d16.mean():.2e} max {d16.max():.2e}; "
           f"vs f32 update mean {d32.mean():.2e} max {d32.max():.2e}")
   assert np.isfinite(lp).all() and mask.sum() > 50
