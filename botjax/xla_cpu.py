@@ -579,11 +579,15 @@ class HostThreads:
 
 # -- the rollout engine of rollout.engine="auto" ------------------------------------------------
 
-# The smallest generation budget at which "auto" picks botjax's slot engine on a small CPU host.
-# `benchmarks/long_rollouts.py` (2-core AMD EPYC, 64 slots, length-skewed completions): the slot
-# engine gave 2.04x the lockstep sampler's useful tokens/s at budget 256 and 15.4x at 1,024, and
-# 1.04x at 128 with 3.5x its compile time; the quick-start's 64-token budget (0.34 M parameters,
-# 16 x 8 rows, completions of about 40 tokens) ran slower on it (docs/scaling.md).
+# The generation budgets at which "auto" picks botjax's slot engine on a small CPU host: up to
+# `SLOTS_MAX_SHORT_NEW_TOKENS` (the engine then keeps one KV region per slot,
+# `botjax.sampling.slots.REGIONS_MAX_NEW_TOKENS`) and from `SLOTS_MIN_NEW_TOKENS` (its paged
+# pool). Measured (docs/scaling.md, 2-core AMD EPYC): the quick-start (64-token budget, 0.34 M
+# parameters, 16 x 8 rows) took 0.93-0.97x the lockstep sampler's time on the slot engine;
+# `benchmarks/long_rollouts.py`'s length-skewed work (64 slots) 2.11x the sampler's useful
+# tokens/s at budget 256 and 16.8x at 1,024, and 1.04x at 128 with 3.5x its compile time, so
+# budgets in between stay on the sampler.
+SLOTS_MAX_SHORT_NEW_TOKENS = 64
 SLOTS_MIN_NEW_TOKENS = 256
 
 
@@ -591,15 +595,15 @@ def prefers_slots(max_new_tokens: int, where: Any = None) -> bool:
   """Whether `rollout.engine="auto"` (`botjax.sampling.auto_engine`) picks the slot engine.
 
   True on one device of a small CPU host (`small_host`: where it was measured) in a one-process
-  run, for a budget of at least `SLOTS_MIN_NEW_TOKENS` tokens. On GPU and TPU (lockstep
-  decoding of a batch that fits the slots is bound by weight reads there, and the slot engine is
-  not measured on them), on meshes of several devices (the slot pool is not split over the
-  batch axes as the lockstep cache is), in multi-process runs and with the switch off, "auto"
-  is the lockstep sampler.
+  run, for a budget of at most `SLOTS_MAX_SHORT_NEW_TOKENS` or at least `SLOTS_MIN_NEW_TOKENS`
+  tokens. On GPU and TPU (lockstep decoding of a batch that fits the slots is bound by weight
+  reads there, and the slot engine is not measured on them), on meshes of several devices (the
+  slot cache is not split over the batch axes as the lockstep cache is), in multi-process runs,
+  for budgets in between and with the switch off, "auto" is the lockstep sampler.
 
   Args:
     max_new_tokens: the run's generation budget.
     where: the model, its parameters or the mesh the engine will run on (see `platform_of`).
   """
   return (small_host(where) and jax.process_count() == 1 and _placement(where)[1] == 1
-          and int(max_new_tokens) >= SLOTS_MIN_NEW_TOKENS)
+          and not SLOTS_MAX_SHORT_NEW_TOKENS < int(max_new_tokens) < SLOTS_MIN_NEW_TOKENS)

@@ -247,8 +247,13 @@ def print_settings(name: str, FLAGS, flag_names, cfg, out=print) -> None:
   out(f"[{name}] train config: " + json.dumps(config_lib.to_dict(cfg), sort_keys=True))
 
 
-# The slot engine's default number of slots (`botjax.sampling.SlotEngine(num_slots=)`).
-SLOT_ENGINE_SLOTS = 64
+def slot_engine_slots(cfg) -> int:
+  """The slots a run's slot engine holds: `rollout.engine_options`' num_slots, else
+  `botjax.sampling.slots.default_num_slots` of the run's budget."""
+  from botjax.sampling.slots import default_num_slots
+  options = dict(cfg.rollout.engine_options)
+  return int(options.get("num_slots") or default_num_slots(
+      cfg.rollout.max_new_tokens, options.get("kv_cache", "auto")))
 
 
 def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None, *,
@@ -267,7 +272,7 @@ def plan_text(model: str, mesh: str, cfg, device_memory_gib: float | None = None
       model, mesh, batch_size=rows, seq_len=r.max_prompt_tokens + r.max_new_tokens,
       completion_len=r.max_new_tokens, logprob_chunk=cfg.logprob_chunk, dtype=jnp.float32,
       remat=bool(cfg.remat), micro_batch_size=cfg.micro_batch_size, device_memory=memory,
-      compute_flops=compute_flops, kv_slots=SLOT_ENGINE_SLOTS if engine == "slots" else 0)))
+      compute_flops=compute_flops, kv_slots=slot_engine_slots(cfg) if engine == "slots" else 0)))
   label, value = "rollout engine", engine + (" (auto)" if r.engine == "auto" else "")
   width = len(next(line for line in text.splitlines() if "params / device" in line))
   return f"{text}\n  {label}{value:>{width - 2 - len(label)}}"

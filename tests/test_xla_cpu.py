@@ -314,14 +314,17 @@ def test_host_threads_run_parts_concurrently_in_order():
 
 
 def test_auto_engine_is_the_slot_engine_only_where_it_was_measured_faster(monkeypatch):
-  """`rollout.engine="auto"`: slots on small CPU hosts for budgets >= 256 (one process), the
-  lockstep sampler for shorter budgets, big hosts, other platforms and with the switch off."""
+  """`rollout.engine="auto"`: slots on small CPU hosts for budgets <= 64 (where the engine keeps
+  one KV region per slot) and >= 256 (one process), the lockstep sampler for budgets in
+  between, big hosts, other platforms and with the switch off."""
   from botjax.sampling import auto_engine
+  from botjax.sampling.slots import REGIONS_MAX_NEW_TOKENS
   monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
   monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 2)
   assert xla_cpu.SLOTS_MIN_NEW_TOKENS == 256
-  assert auto_engine(256) == auto_engine(1024) == "slots"
-  assert auto_engine(255) == auto_engine(64) == "jax"
+  assert xla_cpu.SLOTS_MAX_SHORT_NEW_TOKENS == REGIONS_MAX_NEW_TOKENS == 64
+  assert auto_engine(256) == auto_engine(1024) == auto_engine(64) == auto_engine(1) == "slots"
+  assert auto_engine(255) == auto_engine(128) == auto_engine(65) == "jax"
   assert auto_engine(1024, _tpu_mesh()) == "jax"                 # never for another target
   one = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("fsdp",))
   eight = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))

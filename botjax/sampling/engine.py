@@ -104,7 +104,8 @@ AUTO = "auto"
 
 def auto_engine(max_new_tokens: int, where: Any = None) -> str:
   """The engine that "auto" names: "slots" where `botjax.xla_cpu.prefers_slots` (one device of
-  a small CPU host, one process, budgets >= `xla_cpu.SLOTS_MIN_NEW_TOKENS`), else "jax".
+  a small CPU host, one process, budgets <= `xla_cpu.SLOTS_MAX_SHORT_NEW_TOKENS` or >=
+  `xla_cpu.SLOTS_MIN_NEW_TOKENS`), else "jax".
 
   Args:
     max_new_tokens: the generation budget.

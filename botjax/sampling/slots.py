@@ -109,6 +109,18 @@ from botjax.sampling.sampler import call_params, engine_parts
 # "auto": regions up to a generation budget of `REGIONS_MAX_NEW_TOKENS`, the pool above it.
 KV_CACHES = ("auto", "paged", "regions")
 REGIONS_MAX_NEW_TOKENS = 64
+# Default slots (`num_slots=None`): 64, or 128 where "auto" (or "regions") keeps regions for the
+# config's budget (a region there is at most the prompt + 64 token slots, and a wider decode
+# step costs little more than a narrower one at the sizes measured: the quick-start's rollouts
+# of 16 x 8 rows ran in one wave instead of two, 139 -> 110 ms a call; docs/scaling.md).
+SLOTS, REGION_SLOTS = 64, 128
+
+
+def default_num_slots(max_new_tokens: int, kv_cache: str = "auto") -> int:
+  """`SlotEngine`'s number of slots when none is given, for a config's generation budget."""
+  regions = kv_cache == "regions" or (kv_cache == "auto"
+                                      and max_new_tokens <= REGIONS_MAX_NEW_TOKENS)
+  return REGION_SLOTS if regions else SLOTS
 
 
 def _prefill_bucket(u: int, slots: int) -> int:
@@ -299,7 +311,12 @@ class _Lane:
         break
       # -- the rows of this chunk: all slots, or (no request waiting) fewer ------------------
       rows_n = s_num
-      if not call.waiting(self.index):
+      # Regions run every chunk at full width: a narrower chunk would take its rows' regions
+      # out and put them back, and compile a program per width, for steps that cost about the
+      # same (the quick-start's calls: 134 against 139 ms, with 5 programs compiled instead of
+      # 10: 19.6 -> 9.9 s of compilation).
+      narrow = paged
+      if narrow and not call.waiting(self.index):
         for width in _narrower(s_num):
           if len(live_slots) <= width:
             rows_n = width
@@ -311,11 +328,12 @@ class _Lane:
       compact = np.full((s_num + 1,), rows_n, np.int32)   # lane slot -> row of this chunk
       compact[rows[rows < s_num]] = np.flatnonzero(rows < s_num)
       # -- how far this chunk may run: k steps while requests wait for a slot; else (nothing
-      # to refill) up to `drain_steps`, ending once at most half its rows are live, when a
-      # chunk half as wide takes over (with `on_group`, k: a finished group may queue more)
+      # to refill) up to `drain_steps`, ending (paged) once at most half its rows are live,
+      # when a chunk half as wide takes over (with `on_group`, k: a finished group may queue
+      # more)
       draining = call.on_group is None and not call.waiting(self.index)
       steps = eng.drain_steps if draining else eng.chunk_steps
-      floor = rows_n // 2 if draining else 0
+      floor = rows_n // 2 if draining and narrow else 0
       # -- blocks for the next `steps` positions of every live slot ---------------------------
       if paged:
         wtab = np.full((rows_n, call.wtab_width), trash, np.int32)
@@ -513,7 +531,9 @@ class SlotEngine:
     model: an `nnx.Module`, a `(graphdef, state)` pair, or a graphdef (then pass `params`).
     model_config: the model's `DecoderConfig` (None: `model.config`).
     sampling_config: decoding rule, stop ids and buckets (as for `Sampler`).
-    num_slots: S, decode slots in all (split evenly over `lanes`).
+    num_slots: S, decode slots in all (split evenly over `lanes`; None:
+      `default_num_slots(sampling_config.max_new_tokens, kv_cache)`, 128 where regions are
+      kept for that budget, else 64).
     chunk_steps: k, decode steps between refills while requests wait for a slot.
     drain_steps: decode steps a chunk may run when no request waits (at least `chunk_steps`;
       such a chunk also ends once at most half its rows are live, and the next runs in a
@@ -537,7 +557,7 @@ class SlotEngine:
   exact_logp = True   # its log-probs are the trainer's (the same model, float tolerance)
 
   def __init__(self, model: Any, model_config: Any = None,
-               sampling_config: SamplingConfig | None = None, *, num_slots: int = 64,
+               sampling_config: SamplingConfig | None = None, *, num_slots: int | None = None,
                chunk_steps: int = 8, drain_steps: int = 64, block_size: int | None = None,
                tile_blocks: int | None = None, cache_dtype: Any = None,
                lanes: int | None = None, kv_cache: str = "auto", mesh=None):
@@ -550,13 +570,15 @@ class SlotEngine:
       block_size = attention_cpu.PAGED_BLOCK_SIZE if cpu else 32
     if tile_blocks is None:
       tile_blocks = attention_cpu.PAGED_TILE_BLOCKS if cpu else 128
+    if kv_cache not in KV_CACHES:
+      raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+    if num_slots is None:
+      num_slots = default_num_slots(self.config.max_new_tokens, kv_cache)
     for name, value in (("num_slots", num_slots), ("chunk_steps", chunk_steps),
                         ("drain_steps", drain_steps),
                         ("block_size", block_size), ("tile_blocks", tile_blocks)):
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if kv_cache not in KV_CACHES:
-      raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     self.kv_cache = kv_cache
     if lanes is None:
       lanes = xla_cpu.default_host_threads(mesh if mesh is not None else self.params, mesh=mesh)
@@ -1042,9 +1064,10 @@ def _programs_for(graphdef, config, drain_steps, tile_blocks, cache_dtype, mesh)
 def _slots_engine(model, sampling_config: SamplingConfig, *, mesh=None, host_threads=None,
                   **options) -> SlotEngine:
   """The "slots" factory; `host_threads` (the trainer's option for the "jax" engine) sets the
-  lanes, with `num_slots` (default 64) rounded up to a multiple of them."""
+  lanes, with `num_slots` (default `default_num_slots`) rounded up to a multiple of them."""
   if host_threads is not None and "lanes" not in options:
     options["lanes"] = host_threads
-    slots = options.get("num_slots", 64)
+    slots = options.get("num_slots") or default_num_slots(
+        sampling_config.max_new_tokens, options.get("kv_cache", "auto"))
     options["num_slots"] = -(-slots // host_threads) * host_threads
   return SlotEngine(model, getattr(model, "config", None), sampling_config, mesh=mesh, **options)

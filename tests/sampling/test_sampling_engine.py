@@ -41,17 +41,18 @@ def test_unknown_and_duplicate_engine_names_are_refused():
 
 def test_auto_names_the_engine_for_the_budget_and_host(monkeypatch):
   """make_engine("auto") builds what `auto_engine` names: on this small CPU host the slot engine
-  from a 256-token budget, the lockstep sampler below it; both give the same completions."""
+  up to a 64-token budget and from a 256-token one, the lockstep sampler in between; all give
+  the same completions."""
   monkeypatch.setenv(xla_cpu.ENV_VAR, "auto")
   monkeypatch.setattr(xla_cpu.os, "cpu_count", lambda: 2)
   model = bm.Decoder(CFG, rngs=nnx.Rngs(0))
-  short = make_engine("auto", model, SC)
+  mid_sc = SamplingConfig(temperature=1.0, max_new_tokens=128, eos_token_ids=(1,))
   long_sc = SamplingConfig(temperature=1.0, max_new_tokens=256, eos_token_ids=(1,))
-  long = make_engine("auto", model, long_sc)
-  assert type(short) is Sampler and type(long) is SlotEngine
-  out = long.generate([[5, 6, 7], [9]], jax.random.key(3), n=2, max_new_tokens=8)
+  short, mid, long = (make_engine("auto", model, sc) for sc in (SC, mid_sc, long_sc))
+  assert type(short) is SlotEngine and type(mid) is Sampler and type(long) is SlotEngine
   want = Sampler(model, CFG, long_sc).generate([[5, 6, 7], [9]], jax.random.key(3), n=2,
                                                max_new_tokens=8)
-  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(want.tokens))
-  for e in (short, long):
+  for e in (short, mid, long):
+    out = e.generate([[5, 6, 7], [9]], jax.random.key(3), n=2, max_new_tokens=8)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(want.tokens))
     e.close()

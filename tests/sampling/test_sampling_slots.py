@@ -355,15 +355,24 @@ def test_auto_keeps_regions_for_short_budgets_and_the_pool_for_long_ones(model):
   assert isinstance(engine.lanes[0].cache, PagedKVCache)
   fixed = SlotEngine(model, CFG, sc, num_slots=2, lanes=1, kv_cache="paged", **SMALL)
   assert not fixed.uses_regions(8, 4)
+  # the default number of slots: 128 where the config's budget keeps regions, else 64
+  short = dataclasses.replace(SC, max_new_tokens=limit)
+  long = dataclasses.replace(SC, max_new_tokens=limit + 1)
+  assert SlotEngine(model, CFG, short, lanes=1).num_slots == slots_lib.REGION_SLOTS == 128
+  assert SlotEngine(model, CFG, long, lanes=1).num_slots == slots_lib.SLOTS == 64
+  assert SlotEngine(model, CFG, short, lanes=1, kv_cache="paged").num_slots == 64
+  assert SlotEngine(model, CFG, long, lanes=1, kv_cache="regions").num_slots == 128
+  assert make_engine("slots", model, short, host_threads=3).num_slots == 129   # 3 lanes
 
 
 @pytest.mark.parametrize("kv_cache", CACHES)
 def test_chunks_run_on_while_nothing_waits_and_narrow_when_half_end(model, kv_cache):
   """While requests wait, a chunk is k steps (the refill cadence); once none waits, a chunk
-  runs up to `drain_steps`, ending when at most half its rows are live, and the next runs half
-  as wide. 4 slots, 4 requests of budgets 2, 3, 30, 30 (no stop token), k = 4: the first chunk
-  ends after 2 steps (rows of budget 2 and 3 done: 2 of 4 live), the second (2 rows) runs the
-  remaining 27 steps; with drain_steps = k they would take ceil(29 / 4) = 8 chunks."""
+  runs up to `drain_steps`, and (paged) ends when at most half its rows are live, the next
+  running half as wide. 4 slots, 4 requests of budgets 2, 3, 30, 30 (no stop token), k = 4:
+  paged, the first chunk ends after 2 steps (rows of budget 2 and 3 done: 2 of 4 live) and the
+  second (2 rows) runs the remaining 27 steps; regions (never narrowed), one chunk of all 4
+  rows runs the 29 steps; with drain_steps = k either takes ceil(29 / 4) = 8 chunks or more."""
   sc = dataclasses.replace(SC, eos_token_ids=(), gen_len_buckets=(32,))
   budgets = [2, 3, 30, 30]
   runs = {}
@@ -374,9 +383,14 @@ def test_chunks_run_on_while_nothing_waits_and_narrow_when_half_end(model, kv_ca
     np.testing.assert_array_equal(np.asarray(out.lengths), budgets)
     runs[drain] = (engine.last_stats, out)
   drained, stepped = runs[64][0], runs[4][0]
-  assert (drained.refills, drained.chunks, drained.decode_steps) == (1, 2, 2 + 27)
-  assert stepped.chunks == 8 and stepped.decode_steps == 29
-  assert drained.computed_token_steps == 4 + 4 * 2 + 2 * 27
+  if kv_cache == "paged":
+    assert (drained.refills, drained.chunks, drained.decode_steps) == (1, 2, 2 + 27)
+    assert stepped.chunks == 8 and stepped.decode_steps == 29
+    assert drained.computed_token_steps == 4 + 4 * 2 + 2 * 27
+  else:
+    assert (drained.refills, drained.chunks, drained.decode_steps) == (1, 1, 29)
+    assert stepped.chunks == 8 and stepped.decode_steps == 29
+    assert drained.computed_token_steps == 4 + 4 * 29
   np.testing.assert_array_equal(np.asarray(runs[64][1].tokens), np.asarray(runs[4][1].tokens))
 
 

@@ -38,7 +38,7 @@ def base_config(workdir, recipe="grpo", **kw):
       recipe=recipe, steps=2, seed=0, workdir=str(workdir), recipe_overrides=(("kl_coef", 0.0),),
       optim=C.OptimConfig(learning_rate=1e-3),
       rollout=C.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=128,
-                              max_new_tokens=16, temperature=1.0),
+                              max_new_tokens=16, temperature=1.0, engine="jax"),
       reward=C.RewardConfig(workers=1, timeout_s=20.0, kind="inline"),
       checkpoint_every=0, tensorboard=False, progress=False)
   return dataclasses.replace(cfg, **kw)
@@ -54,7 +54,7 @@ def make_trainer(env, cfg, **kw):
   trainer = RLTrainer(cfg, model=models.Decoder(env["cfg"], rngs=nnx.Rngs(0)),
                       tokenizer=env["tok"], prompts=ListPrompts(env["train"], seed=0),
                       prompt_fn=prompt_fn, **kw)
-  if trainer.cfg.rollout.engine == "jax":              # "auto" at this budget: jax
+  if trainer.cfg.rollout.engine == "jax":
     env["engines"].setdefault("jax", trainer.engine)   # one compiled engine for the module
   return trainer
 

@@ -37,7 +37,7 @@ def base_config(workdir, recipe="grpo", **kw):
       recipe=recipe, steps=2, seed=0, workdir=str(workdir),
       optim=C.OptimConfig(learning_rate=1e-3),
       rollout=C.RolloutConfig(prompts_per_step=2, group_size=4, max_prompt_tokens=128,
-                              max_new_tokens=16, temperature=1.0),
+                              max_new_tokens=16, temperature=1.0, engine="jax"),
       reward=C.RewardConfig(workers=2, timeout_s=20.0, kind="thread"),
       checkpoint_every=0, tensorboard=False, progress=False)
   return dataclasses.replace(cfg, **kw)
@@ -383,7 +383,8 @@ def test_dapo_resamples_in_the_slot_engines_queue_keeping_the_rounds_groups(env,
                   slots.rollout, resample_in_queue=False)), reward=ThirdCandidatesVary(G),
               engine=engine)),
           ("lockstep_rounds", make_trainer(env, dataclasses.replace(
-              dapo, workdir=str(tmp_path / "r2")), reward=ThirdCandidatesVary(G)))]
+              dapo, workdir=str(tmp_path / "r2"), rollout=dataclasses.replace(
+                  dapo.rollout, engine="jax")), reward=ThirdCandidatesVary(G)))]
   try:
     for name, t in runs:
       assert t.collector.in_queue == (name == "queue")
