@@ -584,9 +584,10 @@ class HostThreads:
 # `botjax.sampling.slots.REGIONS_MAX_NEW_TOKENS`) and from `SLOTS_MIN_NEW_TOKENS` (its paged
 # pool). Measured (docs/scaling.md, 2-core AMD EPYC): the quick-start (64-token budget, 0.34 M
 # parameters, 16 x 8 rows) took 0.93-0.97x the lockstep sampler's time on the slot engine;
-# `benchmarks/long_rollouts.py`'s length-skewed work (64 slots) 2.11x the sampler's useful
-# tokens/s at budget 256 and 16.8x at 1,024, and 1.04x at 128 with 3.5x its compile time, so
-# budgets in between stay on the sampler.
+# `benchmarks/long_rollouts.py`'s length-skewed work (64 slots) gave 1.89-2.11x the sampler's
+# useful tokens/s at budget 256 and 11.9-16.8x at 1,024 (two runs), and at 128 1.04x and 1.17x
+# with 4x its compile time: budgets in between stay on the sampler until measured on the runs
+# that use them (the React testbed's 192).
 SLOTS_MAX_SHORT_NEW_TOKENS = 64
 SLOTS_MIN_NEW_TOKENS = 256
 

@@ -47,18 +47,17 @@ def setup():
   sc = SamplingConfig(max_new_tokens=64, temperature=1.0, top_p=0.95, eos_token_ids=(151643,))
   engine = SlotEngine(graphdef, cfg, sc, num_slots=S, lanes=1, block_size=BS, tile_blocks=16,
                       cache_dtype=jnp.bfloat16, mesh=mesh)
-  pool = jax.eval_shape(lambda: PagedKVCache.init(cfg, num_blocks=NB, block_size=BS,
-                                                  dtype=jnp.bfloat16, layout="BSKH"))
-  heads = engine._pool_sharding(pool).k
-  assert heads.spec == P(None, None, None, "tensor")      # [layers, NB, bs, K, H]: K over tensor
-  kv = jax.ShapeDtypeStruct(pool.k.shape, pool.k.dtype, sharding=heads)
-  pool = pool.replace(k=kv, v=kv)
-  regions = jax.eval_shape(lambda: RegionKVCache.init(cfg, num_slots=S, region=R,
-                                                      dtype=jnp.bfloat16, layout="BSKH"))
-  heads = engine._pool_sharding(regions).k
-  assert heads.spec == P(None, None, None, "tensor")      # [layers, S, R, K, H]: K over tensor
-  kv = jax.ShapeDtypeStruct(regions.k.shape, regions.k.dtype, sharding=heads)
-  regions = regions.replace(k=kv, v=kv)
+
+  def placed(cache):            # abstract k and v with the sharding the engine gives them
+    heads = engine._pool_sharding(cache).k
+    assert heads.spec == P(None, None, None, "tensor")    # [layers, B or S, ., K, H]: K sharded
+    kv = jax.ShapeDtypeStruct(cache.k.shape, cache.k.dtype, sharding=heads)
+    return cache.replace(k=kv, v=kv)
+
+  pool = placed(jax.eval_shape(lambda: PagedKVCache.init(cfg, num_blocks=NB, block_size=BS,
+                                                         dtype=jnp.bfloat16, layout="BSKH")))
+  regions = placed(jax.eval_shape(lambda: RegionKVCache.init(
+      cfg, num_slots=S, region=R, dtype=jnp.bfloat16, layout="BSKH")))
   i32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.int32)
   state = {"tok": i32((S,)), "pos": i32((S,)), "gen": i32((S,)), "budget": i32((S,)),
            "live": jax.ShapeDtypeStruct((S,), jnp.bool_),

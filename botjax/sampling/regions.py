@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from botjax.models.attention import CACHE_LAYOUT
-from botjax.models.cache import KVCache, _check_layout
+from botjax.models.cache import CachedLayer, KVCache, _check_layout
 from botjax.models.config import DecoderConfig
 
 
@@ -194,19 +194,10 @@ class RegionLayer(NamedTuple):
     return self._replace(k=self.k.at[index].set(k1.astype(self.k.dtype), mode="drop"),
                          v=self.v.at[index].set(v1.astype(self.v.dtype), mode="drop"))
 
-  @property
-  def keys(self) -> jax.Array:
-    """This layer's keys of every slot's region, in `layout` (e.g. [S, K, H, R])."""
-    return self.k[self.layer]
-
-  @property
-  def values(self) -> jax.Array:
-    return self.v[self.layer]
+  # this layer's keys and values of every slot's region, in `layout` (e.g. [S, K, H, R]), and
+  # the arrays carried on: as a `KVCache`'s view reads them
+  keys, values, state = CachedLayer.keys, CachedLayer.values, CachedLayer.state
 
   def new_slots(self, allowed: jax.Array) -> jax.Array:
     """bool [S, 1, R]: the new token's own mask `allowed` [S, 1, 1] at its region slot."""
     return self.at_pos & allowed
-
-  @property
-  def state(self) -> tuple[jax.Array, jax.Array]:
-    return self.k, self.v

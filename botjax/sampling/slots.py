@@ -13,17 +13,17 @@ in a queue, in order. The engine runs on the host as a loop over two jitted prog
           once), their keys and values are copied into each slot's part of the cache, and
           every new slot draws its first token from the prompt's last logits;
   chunk   decode steps of the slots (a `while_loop`): k steps while requests wait for a slot;
-          once none waits, up to `drain_steps`, ending as soon as at most half of its rows are
-          live (or none is); a slot that stops (stop token or its budget) idles until the
-          chunk ends.
+          once none waits, up to `drain_steps`, ending when no row is live or (paged) as soon
+          as at most half of its rows are; a slot that stops (stop token or its budget) idles
+          until the chunk ends.
 
 Between the two the host reads the chunk's tokens and hands the slots of the rows that ended
 to the next requests. Refilling between chunks keeps the prefill out of the decode loop; a
 finished slot then waits at most k − 1 steps while others wait for it
-(`benchmarks/long_rollouts.py` measures the utilisation). Once no request waits, the chunks
-run only the live slots, in narrower programs (S/2, S/4, … rows) when they fit, and end only
-to narrow: with nothing to refill, a chunk that returned every k steps cost a host round trip
-each time for nothing.
+(`benchmarks/long_rollouts.py` measures the utilisation). Once no request waits, the paged
+pool's chunks run only the live slots, in narrower programs (S/2, S/4, … rows) when they fit,
+and end only to narrow: with nothing to refill, a chunk that returned every k steps cost a host
+round trip each time for nothing.
 
 Two KV caches (`kv_cache`):
 
@@ -34,12 +34,14 @@ Two KV caches (`kv_cache`):
            (`botjax.sampling.regions`), as the lockstep sampler sizes a row: the attention is
            the decoder's own implementation (the sampler's kernel) over each slot's region.
 
-"auto" keeps regions up to a generation bucket of `REGIONS_MAX_NEW_TOKENS` (128) and the pool
+"auto" keeps regions up to a generation bucket of `REGIONS_MAX_NEW_TOKENS` (64) and the pool
 above it: at short budgets a region costs little memory and its one fused attention pass beats
-the pool's per-block partials and their merge (the quick-start's rollouts, 128 rows of at most
-64 tokens: 1.2-1.3x the lockstep sampler's time on regions against 1.6-1.7x on the pool), and
-at long ones the pool reads and holds only the live tokens (budget 1,024: 288 MiB against the
-lockstep sampler's 1,056 MiB; docs/scaling.md).
+the pool's per-block partials and their merge (a quick-start rollout, 128 rows of at most 64
+tokens in one lane: 1.15x the lockstep sampler's time on regions against 1.71x on the pool), and
+at longer ones the pool reads and holds only the live tokens (budget 1,024: 288 MiB against the
+lockstep sampler's 1,056 MiB; at 128 the pool was ahead on a fixed-length control of the
+2.6 M-parameter model, 1.20x against regions' 0.97x the lockstep sampler; docs/scaling.md).
+Regions never narrow a chunk (see `_Lane.run`).
 
 A decode step is the decoder's own forward pass (`botjax.models.Decoder.__call__`) through the
 cache's step view (`PagedStep`, `RegionStep`): the layers' math is the decoder's; the cache
@@ -47,7 +49,8 @@ only places each slot's keys and values (and, paged, computes the attention over
 
 Shapes are static, so the number of compiled programs is bounded whatever the mix of lengths:
 per (prompt-length bucket, generation bucket, stop-id width), one refill per number of new
-prompts (0 and the powers of 4 below S, and S) and one chunk per row count (S, S/2, S/4, …);
+prompts (0 and the powers of 4 below S, and S) and one chunk per row count (S, S/2, S/4, …
+on the pool; S on regions);
 the number of pool blocks read and of steps run are run-time values, not shapes. Engines of the
 same model graph, decoding rule, drain length, tile, KV dtype and mesh share their compiled
 programs (a trainer's rollout engine and its evaluation's engine compile each shape once).
@@ -536,8 +539,8 @@ class SlotEngine:
       kept for that budget, else 64).
     chunk_steps: k, decode steps between refills while requests wait for a slot.
     drain_steps: decode steps a chunk may run when no request waits (at least `chunk_steps`;
-      such a chunk also ends once at most half its rows are live, and the next runs in a
-      program half as wide).
+      on the paged pool such a chunk also ends once at most half its rows are live, and the
+      next runs in a program half as wide).
     block_size: bs, token slots per pool block (None: `attention_cpu.PAGED_BLOCK_SIZE` (64) on
       CPU with `botjax.xla_cpu` tuning on, else 32).
     tile_blocks: pool blocks the attention reads per loop trip (`ragged_attention`; None:
