@@ -143,7 +143,8 @@ def define_run_flags(name: str, *, workdir: str, eval_n: int, eval_help: str,
                       "the lockstep KV-cache sampler; slots: continuous batching over a paged KV "
                       "pool, faster when completion lengths spread; vllm: a vLLM engine in this "
                       "process; auto: slots where measured faster (one device of a small CPU "
-                      "host, budgets of 256 tokens and more), else jax; docs/scaling.md), "
+                      "host, budgets of at most 64 or at least 256 tokens), else jax; "
+                      "docs/scaling.md), "
                       "TrainConfig.rollout.engine.")
   flags.DEFINE_integer("steps", 200, "RL steps.")
   flags.DEFINE_string("workdir", workdir, f"Output dir of the {name} run: checkpoints/, "

@@ -51,7 +51,8 @@ flags.DEFINE_string("engine", "auto", "Rollout engine of the runs and their eval
                     "of botjax.sampling.ENGINES (jax: botjax's sampler; slots: botjax's "
                     "continuous-batching engine; vllm: vLLM in this process, from "
                     "scripts/setup_vllm.sh's environment; auto: the faster of jax and slots "
-                    "here, jax for the quick-start's 64-token budget; docs/scaling.md).")
+                    "where measured: slots for the quick-start's 64-token budget on a small CPU "
+                    "host, jax on GPU, TPU and several devices; docs/scaling.md).")
 flags.DEFINE_list("lrs", [], "Learning rates to sweep, e.g. 3e-5,5e-5,1e-4,2e-4: every recipe runs "
                   "each on seed 0 (the selection seed), and its best (mean of its last five "
                   "held-out evaluations) runs on --seeds other seeds (1..N), so that the "
