@@ -22,8 +22,7 @@ ratio's old log-probs with its own forward pass.
 (`auto_engine`): the slot engine where it was measured faster (one device of a small CPU host,
 one process, budgets of at most 64 or at least 256 tokens), the lockstep sampler elsewhere (GPU,
 TPU, meshes, budgets in between). The trainer resolves it once per run and saves the engine it
-chose; a resumed
-run keeps it.
+chose; a resumed run keeps it.
 
 New engines register a factory with `register_engine(name, factory)`; a factory is
 `factory(model, sampling_config, *, mesh=None, **options) -> RolloutEngine`.
