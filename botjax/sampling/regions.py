@@ -32,6 +32,7 @@ from flax import struct
 from botjax.models.attention import CACHE_LAYOUT
 from botjax.models.cache import CachedLayer, KVCache, _check_layout
 from botjax.models.config import DecoderConfig
+from botjax.sampling.paged import PagedKVCache, PagedPass
 
 
 @struct.dataclass
@@ -65,10 +66,7 @@ class RegionKVCache:
   def region(self) -> int:
     return self.k.shape[1 + self.layout.index("S")]
 
-  @property
-  def nbytes(self) -> int:
-    """Bytes of k and v."""
-    return 2 * self.k.size * self.k.dtype.itemsize
+  nbytes = PagedKVCache.nbytes        # bytes of k and v
 
   def rows(self, rows: jax.Array) -> "RegionKVCache":
     """The regions of the slots `rows` (int32 [R'], each in [0, S)), as a cache of R' slots."""
@@ -149,9 +147,7 @@ class RegionPass:
       allowed = allowed & (self.distance < window)[:, None, :]
     return RegionLayer(*state, layer, self.step.pos, allowed, self.at_pos, self.step.layout)
 
-  def store(self, state, layer, new_kv):
-    del state, layer
-    return new_kv
+  store = PagedPass.store            # the layer's view returns the arrays to carry on
 
   def finish(self, state) -> RegionKVCache:
     k, v = state
