@@ -76,9 +76,9 @@ def _export(fn, mesh, *args):
   return exported
 
 
-@pytest.mark.parametrize("kv_cache,rows", [("paged", S), ("regions", S), ("regions", S // 2)])
+@pytest.mark.parametrize("kv_cache,rows", [("paged", S), ("paged", S // 2), ("regions", S)])
 def test_decode_chunk_exports_for_tpu_and_cuda(setup, kv_cache, rows):
-  """Both caches, and a narrowed chunk of regions (its rows' regions taken out and put back)."""
+  """Both caches, and a narrowed chunk of the pool (regions always run every slot)."""
   mesh, cfg, engine, params, caches, state, i32 = setup
   cache = caches[kv_cache]
   blocks = ((i32((NB,)), i32((NB,)), i32((rows, 8)), i32((rows, 2)), i32(()))
@@ -90,6 +90,14 @@ def test_decode_chunk_exports_for_tpu_and_cuda(setup, kv_cache, rows):
   assert out.k.shape == cache.k.shape and out.layout == "BSKH"
   assert type(out) is type(cache)
   assert tok.shape == logp.shape == (rows, engine.drain_steps)
+
+
+def test_a_narrowed_chunk_of_regions_is_refused(setup):
+  """The host never narrows a chunk of regions; the program says so if asked to."""
+  mesh, cfg, engine, params, caches, state, i32 = setup
+  with pytest.raises(ValueError, match="a chunk of regions runs all 16 slots, got 8 rows"):
+    _export(lambda *a: engine._programs._chunk_impl(*a), mesh, params, caches["regions"],
+            dict(state, store=None), i32((S // 2,)), *(None,) * 5, i32(()), i32(()))
 
 
 @pytest.mark.parametrize("kv_cache", ["paged", "regions"])

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from botjax.models.attention import CACHE_LAYOUT
-from botjax.models.cache import CachedLayer, KVCache, _check_layout
+from botjax.models.cache import CachedLayer, KVCache
 from botjax.models.config import DecoderConfig
 from botjax.sampling.paged import PagedKVCache, PagedPass
 
@@ -54,8 +54,7 @@ class RegionKVCache:
   def init(cls, cfg: DecoderConfig, *, num_slots: int, region: int, dtype=jnp.float32,
            layout: str = CACHE_LAYOUT) -> "RegionKVCache":
     """An all-zero cache of `num_slots` regions of `region` token slots each."""
-    dense = KVCache.init(cfg, batch_size=num_slots, max_len=region, dtype=dtype,
-                         layout=_check_layout(layout))
+    dense = KVCache.init(cfg, batch_size=num_slots, max_len=region, dtype=dtype, layout=layout)
     return cls(k=dense.k, v=dense.v, layout=layout)
 
   @property
@@ -68,18 +67,6 @@ class RegionKVCache:
 
   nbytes = PagedKVCache.nbytes        # bytes of k and v
 
-  def rows(self, rows: jax.Array) -> "RegionKVCache":
-    """The regions of the slots `rows` (int32 [R'], each in [0, S)), as a cache of R' slots."""
-    axis = 1 + self.layout.index("B")
-    return self.replace(k=jnp.take(self.k, rows, axis=axis), v=jnp.take(self.v, rows, axis=axis))
-
-  def put_rows(self, rows: jax.Array, part: "RegionKVCache") -> "RegionKVCache":
-    """This cache with the regions of slots `rows` replaced by `part`'s (an entry of `rows`
-    equal to S or more is dropped)."""
-    index = self._index(rows, slice(None))
-    return self.replace(k=self.k.at[index].set(part.k, mode="drop"),
-                        v=self.v.at[index].set(part.v, mode="drop"))
-
   def write_prompts(self, slots: jax.Array, k: jax.Array, v: jax.Array) -> "RegionKVCache":
     """Writes prompts' keys and values at region slots 0 … P − 1 of the slots `slots`.
 
@@ -87,7 +74,9 @@ class RegionKVCache:
       slots: int32 [R'], the slot of each prompt (S or more: dropped).
       k, v: [layers, *layout] with B = R' and S = P ≤ R, in this cache's layout and dtype.
     """
-    index = self._index(slots, slice(0, k.shape[1 + self.layout.index("S")]))
+    cols = k.shape[1 + self.layout.index("S")]
+    index = (slice(None),) + tuple({"B": slots, "S": slice(0, cols)}.get(a, slice(None))
+                                   for a in self.layout)
     return self.replace(k=self.k.at[index].set(k, mode="drop"),
                         v=self.v.at[index].set(v, mode="drop"))
 
@@ -95,9 +84,6 @@ class RegionKVCache:
     """The cache addressed for one decode step: slot s's new token goes to region slot
     pos[s] (int32 [S]) and sees the slots before it."""
     return RegionStep(self, pos)
-
-  def _index(self, b, s) -> tuple:
-    return (slice(None),) + tuple({"B": b, "S": s}.get(a, slice(None)) for a in self.layout)
 
 
 @struct.dataclass
@@ -121,23 +107,21 @@ class RegionStep:
   def begin(self, new_mask: jax.Array, index=None, *, kv_layout: str) -> "RegionPass":
     """Starts the decoder's pass of one new token per slot (`index` is unused: each slot's
     place is its `pos`)."""
-    del index
+    del index, kv_layout
     if new_mask.shape != (self.pos.shape[0], 1):
       raise ValueError(f"a region step feeds one token to each of {self.pos.shape[0]} slots, "
                        f"got new tokens of shape {new_mask.shape}")
-    return RegionPass(self, kv_layout)
+    return RegionPass(self)
 
 
 class RegionPass:
   """One decode step's pass through a `RegionStep` (the `KVCachePass` interface)."""
 
-  def __init__(self, step: RegionStep, kv_layout: str):
-    self.step, self.kv_layout = step, kv_layout
+  def __init__(self, step: RegionStep):
+    self.step = step
     self.state = (step.cache.k, step.cache.v)
-    region = step.cache.region
-    slots = jnp.arange(region, dtype=jnp.int32)
-    pos = step.pos
-    self.distance = pos[:, None] - slots[None, :]                        # [S, R]
+    slots = jnp.arange(step.cache.region, dtype=jnp.int32)
+    self.distance = step.pos[:, None] - slots[None, :]                   # [S, R]
     self.allowed = (self.distance > 0)[:, None, :]                       # [S, 1, R]
     self.at_pos = (self.distance == 0)[:, None, :]
 

@@ -119,11 +119,17 @@ REGIONS_MAX_NEW_TOKENS = 64
 SLOTS, REGION_SLOTS = 64, 128
 
 
+def keeps_regions(kv_cache: str, new_tokens: int) -> bool:
+  """Whether `kv_cache` keeps one region per slot for a generation budget (or bucket) of
+  `new_tokens` ("auto": up to `REGIONS_MAX_NEW_TOKENS`), else the paged pool."""
+  if kv_cache == "auto":
+    return new_tokens <= REGIONS_MAX_NEW_TOKENS
+  return kv_cache == "regions"
+
+
 def default_num_slots(max_new_tokens: int, kv_cache: str = "auto") -> int:
   """`SlotEngine`'s number of slots when none is given, for a config's generation budget."""
-  regions = kv_cache == "regions" or (kv_cache == "auto"
-                                      and max_new_tokens <= REGIONS_MAX_NEW_TOKENS)
-  return REGION_SLOTS if regions else SLOTS
+  return REGION_SLOTS if keeps_regions(kv_cache, max_new_tokens) else SLOTS
 
 
 def _prefill_bucket(u: int, slots: int) -> int:
@@ -318,8 +324,7 @@ class _Lane:
       # out and put them back, and compile a program per width, for steps that cost about the
       # same (the quick-start's calls: 134 against 139 ms, with 5 programs compiled instead of
       # 10: 19.6 -> 9.9 s of compilation).
-      narrow = paged
-      if narrow and not call.waiting(self.index):
+      if paged and not call.waiting(self.index):
         for width in _narrower(s_num):
           if len(live_slots) <= width:
             rows_n = width
@@ -336,7 +341,7 @@ class _Lane:
       # more)
       draining = call.on_group is None and not call.waiting(self.index)
       steps = eng.drain_steps if draining else eng.chunk_steps
-      floor = rows_n // 2 if draining and narrow else 0
+      floor = rows_n // 2 if draining and paged else 0
       # -- blocks for the next `steps` positions of every live slot ---------------------------
       if paged:
         wtab = np.full((rows_n, call.wtab_width), trash, np.int32)
@@ -614,13 +619,10 @@ class SlotEngine:
       self._pool.shutdown(wait=True)
       self._pool = None
 
-  def uses_regions(self, prompt_cols: int, gen_cols: int) -> bool:
-    """Whether a call of these prompt and generation buckets keeps one region per slot (else
-    the paged pool): `kv_cache`, with "auto" resolved by the generation bucket."""
-    del prompt_cols
-    if self.kv_cache == "auto":
-      return gen_cols <= REGIONS_MAX_NEW_TOKENS
-    return self.kv_cache == "regions"
+  def uses_regions(self, gen_cols: int) -> bool:
+    """Whether a call of this generation bucket keeps one region per slot (else the paged
+    pool): `kv_cache`, with "auto" resolved by the bucket (`keeps_regions`)."""
+    return keeps_regions(self.kv_cache, gen_cols)
 
   def _layout(self) -> str:
     where = self.mesh if self.mesh is not None else self.params
@@ -722,7 +724,7 @@ class SlotEngine:
     tb = bucket_size(int(budgets.max()), cfg.gen_len_buckets, minimum=cfg.min_len_bucket,
                      name="max_new_tokens")
     bs = self.block_size
-    regions = self.uses_regions(lp, tb)
+    regions = self.uses_regions(tb)
     # prompt columns of the prefill: whole blocks of the pool, or the bucket (a region)
     cols = lp if regions else -(-lp // bs) * bs
     if row_keys is None:
@@ -996,9 +998,8 @@ class _Programs:
     rope = jax.vmap(lambda p: rope_cos_sin(model.config, p[:, None]))(
         st["pos"][None, :] + jnp.arange(steps, dtype=jnp.int32)[:, None])  # [k, R', 1, ·]
     if regions:
-      # the chunk's rows' regions (all slots: the cache itself), written back after the loop
-      whole = cache
-      cache = cache if s_num == s_all else cache.rows(jnp.minimum(rows, s_all - 1))
+      if s_num != s_all:   # the host never narrows a chunk of regions (`_Lane.run`)
+        raise ValueError(f"a chunk of regions runs all {s_all} slots, got {s_num} rows")
 
       def address(cache, live, pos):
         return cache.at(pos)
@@ -1040,8 +1041,6 @@ class _Programs:
 
     steps_run, cache, st, outs = jax.lax.while_loop(
         cond, body, (jnp.int32(0), cache, st, outs))
-    if regions and s_num != s_all:
-      cache = whole.put_rows(rows, cache)
     state = dict(state, **{name: state[name].at[rows].set(st[name], mode="drop")
                            for name in _PER_SLOT})
     cache, state = self._constrained(cache, state)
